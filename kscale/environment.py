@@ -1,0 +1,274 @@
+"""Who am I: rank, local rank, world size and launcher, read from the environment once.
+
+This is the only module that reads the launcher's environment variables. Each launcher is one small
+class with a static ``detect()``; the first one that matches wins, like Lightning Fabric's cluster
+environments. Values are computed once per process (``current()``); tests call ``reset()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import os
+from collections.abc import Mapping
+
+from kscale.errors import EnvironmentDetectionError
+
+
+class Launcher(str, enum.Enum):
+    """What started this process."""
+
+    NONE = "none"
+    HOROVOD = "horovod"  # horovodrun / kscale run with Gloo: HOROVOD_RANK, HOROVOD_SIZE, ...
+    MPI = "mpi"  # mpirun (Open MPI) or an MPICH/Intel MPI PMI launcher
+    TF_CONFIG = "tf_config"  # tf.distribute multi-worker
+    SLURM = "slurm"  # srun
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """The process's place in the job. Frozen: it never changes while the process runs."""
+
+    launcher: Launcher = Launcher.NONE
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_size: int = 1
+    #: `KSCALE_BACKEND`, if the user set it: overrides the backend kscale would pick.
+    backend_override: str | None = None
+    #: The parsed TF_CONFIG (cluster and task), when the launcher is TF_CONFIG.
+    tf_config: Mapping | None = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    def describe(self) -> str:
+        return (
+            f"launcher={self.launcher.value} rank={self.rank}/{self.world_size} "
+            f"local_rank={self.local_rank}/{self.local_size}"
+        )
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    value = env[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise EnvironmentDetectionError(
+            f"{name}={value!r} is not an integer; the launcher that set it is misconfigured. "
+            f"Unset {name} or start the job with horovodrun / kscale run."
+        ) from None
+
+
+def _first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        if name in env:
+            return _int(env, name)
+    return default
+
+
+class _Detector:
+    """One launcher: `detect()` says whether it started this process, `read()` builds the Environment."""
+
+    launcher: Launcher
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        raise NotImplementedError
+
+
+class HorovodDetector(_Detector):
+    """horovodrun with Gloo (and kscale run) export HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE."""
+
+    launcher = Launcher.HOROVOD
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        return Environment(
+            launcher=cls.launcher,
+            rank=_int(env, "HOROVOD_RANK"),
+            world_size=_int(env, "HOROVOD_SIZE"),
+            local_rank=_first_int(env, ("HOROVOD_LOCAL_RANK",), 0),
+            local_size=_first_int(env, ("HOROVOD_LOCAL_SIZE",), 1),
+        )
+
+
+class MPIDetector(_Detector):
+    """Open MPI (OMPI_COMM_WORLD_*), MPICH / Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID)."""
+
+    launcher = Launcher.MPI
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return ("OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env) or (
+            "PMI_RANK" in env and "PMI_SIZE" in env
+        )
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        if "OMPI_COMM_WORLD_RANK" in env:
+            return Environment(
+                launcher=cls.launcher,
+                rank=_int(env, "OMPI_COMM_WORLD_RANK"),
+                world_size=_int(env, "OMPI_COMM_WORLD_SIZE"),
+                local_rank=_first_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK",), 0),
+                local_size=_first_int(env, ("OMPI_COMM_WORLD_LOCAL_SIZE",), 1),
+            )
+        return Environment(
+            launcher=cls.launcher,
+            rank=_int(env, "PMI_RANK"),
+            world_size=_int(env, "PMI_SIZE"),
+            local_rank=_first_int(env, ("MPI_LOCALRANKID", "PMI_LOCAL_RANK"), 0),
+            local_size=_first_int(env, ("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"), 1),
+        )
+
+
+class TFConfigDetector(_Detector):
+    """tf.distribute multi-worker: TF_CONFIG names the cluster and this task.
+
+    Parsing goes through TensorFlow's own `TFConfigClusterResolver`, so kscale agrees with what
+    `MultiWorkerMirroredStrategy` will do with the same variable.
+    """
+
+    launcher = Launcher.TF_CONFIG
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return bool(env.get("TF_CONFIG", "").strip())
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        raw = env["TF_CONFIG"]
+        try:
+            config = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise EnvironmentDetectionError(
+                f"TF_CONFIG is not valid JSON ({err}). Expected e.g. "
+                '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
+            ) from None
+        cluster = config.get("cluster") or {}
+        task = config.get("task") or {}
+        task_type = task.get("type", "worker")
+        task_index = int(task.get("index", 0))
+        # Chief first, then workers: the same global order MultiWorkerMirroredStrategy uses.
+        ordered = [("chief", i) for i in range(len(cluster.get("chief", [])))]
+        ordered += [("worker", i) for i in range(len(cluster.get("worker", [])))]
+        if not ordered:
+            raise EnvironmentDetectionError(
+                f"TF_CONFIG has no 'chief' or 'worker' jobs in its cluster: {cluster!r}. "
+                "List every worker's host:port under cluster.worker."
+            )
+        if (task_type, task_index) not in ordered:
+            raise EnvironmentDetectionError(
+                f"TF_CONFIG task {task_type}:{task_index} is not in its cluster {cluster!r}; "
+                "task.index must be below the number of workers listed."
+            )
+        rank = ordered.index((task_type, task_index))
+        my_host = _host_of(cluster[task_type][task_index])
+        hosts = [_host_of(cluster[t][i]) for t, i in ordered]
+        return Environment(
+            launcher=cls.launcher,
+            rank=rank,
+            world_size=len(ordered),
+            local_rank=hosts[:rank].count(my_host),
+            local_size=hosts.count(my_host),
+            tf_config=config,
+        )
+
+
+def _host_of(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+class SlurmDetector(_Detector):
+    """srun exports SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID per task (sbatch alone is not a job step)."""
+
+    launcher = Launcher.SLURM
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_STEP_ID" in env
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        world_size = _int(env, "SLURM_NTASKS")
+        nodes = _first_int(env, ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), 1)
+        local_size = _slurm_tasks_on_this_node(env, default=max(1, world_size // max(nodes, 1)))
+        return Environment(
+            launcher=cls.launcher,
+            rank=_int(env, "SLURM_PROCID"),
+            world_size=world_size,
+            local_rank=_first_int(env, ("SLURM_LOCALID",), 0),
+            local_size=local_size,
+        )
+
+
+def _slurm_tasks_on_this_node(env: Mapping[str, str], default: int) -> int:
+    """SLURM_TASKS_PER_NODE looks like '2(x3),1'; this node's count needs SLURM_NODEID to index it."""
+    spec = env.get("SLURM_TASKS_PER_NODE")
+    node_id = env.get("SLURM_NODEID")
+    if not spec or node_id is None:
+        return default
+    counts: list[int] = []
+    for part in spec.split(","):
+        if "(x" in part:
+            value, repeat = part.rstrip(")").split("(x")
+            counts += [int(value)] * int(repeat)
+        else:
+            counts.append(int(part))
+    index = int(node_id)
+    return counts[index] if index < len(counts) else default
+
+
+#: Checked in order; the first that matches wins. Horovod before MPI because `horovodrun --mpi` sets both.
+DETECTORS: tuple[type[_Detector], ...] = (HorovodDetector, MPIDetector, TFConfigDetector, SlurmDetector)
+
+
+def detect(env: Mapping[str, str] | None = None) -> Environment:
+    """Read the environment from `env` (default: os.environ) without caching."""
+    env = os.environ if env is None else env
+    override = env.get("KSCALE_BACKEND") or None
+    for detector in DETECTORS:
+        if detector.detect(env):
+            found = detector.read(env)
+            break
+    else:
+        found = Environment()
+    if not 0 <= found.rank < found.world_size or not 0 <= found.local_rank < found.local_size:
+        raise EnvironmentDetectionError(
+            f"{found.launcher.value} says rank {found.rank} of {found.world_size}, local rank "
+            f"{found.local_rank} of {found.local_size}: ranks must be below their sizes. "
+            "Check the launcher's variables (or unset them to run a single process)."
+        )
+    return dataclasses.replace(found, backend_override=override)
+
+
+@functools.cache
+def current() -> Environment:
+    """The environment of this process, detected once."""
+    return detect()
+
+
+def reset() -> None:
+    """Forget the cached environment (tests, and launchers that change the variables)."""
+    current.cache_clear()
+
+
+def logical_cpu_devices() -> int:
+    """How many logical CPU devices to split the CPU into (`KSCALE_CPU_DEVICES`), for mirrored tests on CPU."""
+    return int(os.environ.get("KSCALE_CPU_DEVICES", "0") or 0)

@@ -1,0 +1,26 @@
+"""Suite-wide fixtures: every test starts from a clean kscale environment and may not leak env vars."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kscale import environment
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_environment_variables():
+    """Fail any test that leaves os.environ different from how it found it (use monkeypatch instead)."""
+    before = dict(os.environ)
+    environment.reset()
+    yield
+    environment.reset()
+    after = dict(os.environ)
+    leaked = {k: after[k] for k in after.keys() - before.keys()}
+    removed = sorted(before.keys() - after.keys())
+    changed = {k: after[k] for k in before.keys() & after.keys() if before[k] != after[k]}
+    os.environ.clear()
+    os.environ.update(before)
+    if leaked or removed or changed:
+        pytest.fail(f"test leaked environment changes: added={leaked} removed={removed} changed={changed}")
