@@ -27,3 +27,7 @@ class LaunchError(KScaleError):
 
 class EnvironmentDetectionError(KScaleError):
     """The launcher's environment variables contradict each other."""
+
+
+class BackendError(KScaleError):
+    """The chosen backend cannot run in this process as it is set up."""

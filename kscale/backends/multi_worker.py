@@ -1,0 +1,34 @@
+"""Several processes, each on its own devices, in sync through `MultiWorkerMirroredStrategy`."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from kscale.backends._strategy import StrategyBackend
+from kscale.environment import Environment, Launcher
+from kscale.errors import BackendError
+
+
+class MultiWorkerBackend(StrategyBackend):
+    name = "multi_worker"
+
+    @classmethod
+    def detect(cls, env: Environment) -> bool:
+        return env.launcher in (Launcher.TF_CONFIG, Launcher.SLURM) and env.world_size > 1
+
+    def make_strategy(self) -> tf.distribute.Strategy:
+        resolver = None
+        if self.env.launcher is Launcher.SLURM:
+            # TensorFlow's own resolver turns SLURM's node list into a cluster spec.
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        except RuntimeError as err:
+            if "program startup" not in str(err):
+                raise
+            raise BackendError(
+                "TensorFlow's MultiWorkerMirroredStrategy must be created before TensorFlow runs its first "
+                "operation, but a model or tensor already exists in this process. Put `import kscale` at "
+                "the top of your script, before building the model: kscale then sets the strategy up at "
+                "import time (it does so whenever TF_CONFIG names several workers)."
+            ) from err

@@ -1,0 +1,36 @@
+"""One process, one device: nothing to distribute, but the same plan and callbacks as everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from kscale.backends.base import Backend
+from kscale.environment import Environment
+from kscale.model_rebuild import recompile
+
+
+class SingleBackend(Backend):
+    name = "single"
+
+    @classmethod
+    def detect(cls, env: Environment) -> bool:
+        return True
+
+    @property
+    def num_workers(self) -> int:
+        return 1
+
+    @property
+    def worker_index(self) -> int:
+        return 0
+
+    def prepare_model(
+        self, model: tf.keras.Model, make_optimizer: Callable[[], Any], compile_args: dict
+    ) -> tf.keras.Model:
+        optimizer = make_optimizer()
+        if optimizer is model.optimizer:  # nothing was scaled: leave the user's model exactly as it was
+            return model
+        return recompile(model, optimizer, compile_args)

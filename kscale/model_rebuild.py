@@ -1,0 +1,169 @@
+"""Taking a built, compiled Keras model apart and putting it together again, unchanged but for placement.
+
+Strategy backends must create variables inside `strategy.scope()`; a model built outside it has to be
+rebuilt there with the same architecture, weights, optimizer (learning rate scaled) and compile
+arguments. Horovod keeps the model but recompiles it with a wrapped optimizer. Both start here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from kscale.errors import ModelError
+
+_COMPILE_KEYS = (
+    "loss",
+    "metrics",
+    "loss_weights",
+    "weighted_metrics",
+    "run_eagerly",
+    "steps_per_execution",
+    "jit_compile",
+)
+
+
+def check_model(model: Any) -> tf.keras.Model:
+    """A built and compiled tf.keras Model, or a ModelError that says which of these it is not."""
+    if not isinstance(model, tf.keras.Model):
+        raise ModelError(
+            f"kscale.distribute() takes a tf.keras.Model, got {type(model).__module__}.{type(model).__name__}. "
+            "Build your model with tf.keras (Keras 2.15: `import tensorflow as tf; tf.keras.Sequential(...)`); "
+            "Keras 3 (`import keras` with keras>=3) models are not supported on TensorFlow 2.15."
+        )
+    if not model.built:
+        raise ModelError(
+            f"model {model.name!r} is not built: its weights do not exist yet, so they cannot be copied or "
+            "broadcast. Build it first, e.g. give the first layer an input_shape, call "
+            "`model.build(input_shape)`, or call it once on a batch."
+        )
+    if not getattr(model, "_is_compiled", False) or model.optimizer is None:
+        raise ModelError(
+            f"model {model.name!r} is not compiled. Call `model.compile(optimizer=..., loss=..., "
+            "metrics=...)` before `kscale.distribute(model)`: kscale scales the optimizer's learning rate "
+            "and keeps your loss and metrics."
+        )
+    return model
+
+
+def compile_args(model: tf.keras.Model) -> dict:
+    """The arguments `model.compile` was called with, except the optimizer."""
+    stored = getattr(model, "_compile_config", None)
+    config = dict(stored.config) if stored is not None else {}
+    args = {key: config.get(key) for key in _COMPILE_KEYS if config.get(key) is not None}
+    if getattr(model, "_run_eagerly", None):
+        args["run_eagerly"] = True
+    return args
+
+
+def _clone_keras_object(obj: Any) -> Any:
+    """A fresh copy of a metric or loss object (stateful metrics must be created inside the scope)."""
+    if isinstance(obj, tf.keras.metrics.Metric | tf.keras.losses.Loss):
+        return obj.__class__.from_config(obj.get_config())
+    return obj
+
+
+def clone_compile_args(args: dict) -> dict:
+    """Compile arguments whose metric and loss objects are new instances."""
+    cloned = {}
+    for key, value in args.items():
+        if key in ("loss", "metrics", "weighted_metrics"):
+            cloned[key] = tf.nest.map_structure(_clone_keras_object, value)
+        else:
+            cloned[key] = copy.copy(value)
+    return cloned
+
+
+def learning_rate_of(optimizer: Any) -> float | tf.keras.optimizers.schedules.LearningRateSchedule:
+    """The optimizer's learning rate as given by the user: a float or the schedule object."""
+    lr = getattr(optimizer, "_learning_rate", None)
+    if lr is None and hasattr(optimizer, "_get_hyper"):  # legacy optimizers
+        lr = optimizer._get_hyper("learning_rate")
+    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+        return lr
+    if lr is None:
+        raise ModelError(f"optimizer {type(optimizer).__name__} has no learning rate kscale can scale.")
+    if callable(lr) and not isinstance(lr, tf.Variable):
+        raise ModelError(
+            f"optimizer {type(optimizer).__name__} has a callable learning rate kscale cannot scale; "
+            "use a float or a tf.keras.optimizers.schedules.LearningRateSchedule, or lr_scaling='none'."
+        )
+    return float(tf.keras.backend.get_value(lr))
+
+
+def clone_optimizer(optimizer: Any, learning_rate: Any) -> Any:
+    """A new optimizer of the same class and settings with `learning_rate` instead of the old one."""
+    config = optimizer.get_config()
+    config.pop("is_legacy_optimizer", None)
+    config["learning_rate"] = learning_rate
+    return optimizer.__class__.from_config(config)
+
+
+def recompile(model: tf.keras.Model, optimizer: Any, args: dict) -> tf.keras.Model:
+    """Compile `model` again with `optimizer` and its own other compile arguments."""
+    model.compile(optimizer=optimizer, **args)
+    return model
+
+
+def rebuild_in_scope(model: tf.keras.Model, strategy: tf.distribute.Strategy) -> tf.keras.Model:
+    """The same architecture, built inside `strategy.scope()`, holding `model`'s weights."""
+    weights = model.get_weights()
+    with strategy.scope():
+        if _is_graph_network(model):
+            clone = tf.keras.models.clone_model(model)
+        else:
+            clone = _rebuild_subclassed(model)
+        clone.set_weights(weights)
+    _check_same_weights(weights, clone.get_weights(), model.name)
+    return clone
+
+
+def _is_graph_network(model: tf.keras.Model) -> bool:
+    return isinstance(model, tf.keras.Sequential) or getattr(model, "_is_graph_network", False)
+
+
+def _rebuild_subclassed(model: tf.keras.Model) -> tf.keras.Model:
+    try:
+        config = model.get_config()
+    except NotImplementedError:
+        config = None
+    if config is None:
+        raise ModelError(
+            f"subclassed model {type(model).__name__} has no get_config(), so kscale cannot rebuild it "
+            "inside the distribution strategy's scope. Either implement get_config() (returning the "
+            "arguments of __init__) or create the model inside `with kscale.scope():` and pass that."
+        )
+    try:
+        clone = model.__class__.from_config(config)
+    except Exception as err:  # the user's from_config: anything can go wrong there
+        raise ModelError(
+            f"{type(model).__name__}.from_config(model.get_config()) failed ({err}); fix get_config() so "
+            "it returns the __init__ arguments, or create the model inside `with kscale.scope():`."
+        ) from err
+    spec = model._get_save_spec(dynamic_batch=False) if hasattr(model, "_get_save_spec") else None
+    if spec is not None:
+        args, kwargs = spec if isinstance(spec, tuple) and len(spec) == 2 else ((spec,), {})
+        dummy = tf.nest.map_structure(
+            lambda s: tf.zeros([1 if d is None else d for d in s.shape], s.dtype), (args, kwargs)
+        )
+        clone(*dummy[0], **dummy[1])
+    elif getattr(model, "_build_input_shape", None) is not None:
+        clone.build(model._build_input_shape)
+    else:
+        raise ModelError(
+            f"cannot tell which inputs subclassed model {type(model).__name__} takes; call it once on a "
+            "batch before kscale.distribute(), or create it inside `with kscale.scope():`."
+        )
+    return clone
+
+
+def _check_same_weights(before: list[np.ndarray], after: list[np.ndarray], name: str) -> None:
+    if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
+        raise ModelError(
+            f"rebuilding model {name!r} inside the strategy scope gave different weights "
+            f"({len(before)} vs {len(after)} arrays); its get_config() does not describe it fully. "
+            "Create the model inside `with kscale.scope():` instead."
+        )
