@@ -12,15 +12,17 @@ from kscale import environment
 @pytest.fixture(autouse=True)
 def _no_leaked_environment_variables():
     """Fail any test that leaves os.environ different from how it found it (use monkeypatch instead)."""
-    before = dict(os.environ)
+    ignored = {"PYTEST_CURRENT_TEST"}  # pytest's own bookkeeping
+    before = {k: v for k, v in os.environ.items() if k not in ignored}
     environment.reset()
     yield
     environment.reset()
-    after = dict(os.environ)
+    after = {k: v for k, v in os.environ.items() if k not in ignored}
     leaked = {k: after[k] for k in after.keys() - before.keys()}
     removed = sorted(before.keys() - after.keys())
     changed = {k: after[k] for k in before.keys() & after.keys() if before[k] != after[k]}
-    os.environ.clear()
+    for key in set(os.environ) - set(before) - ignored:
+        del os.environ[key]
     os.environ.update(before)
     if leaked or removed or changed:
         pytest.fail(f"test leaked environment changes: added={leaked} removed={removed} changed={changed}")

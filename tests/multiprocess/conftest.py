@@ -1,0 +1,117 @@
+"""Launching real workers: horovodrun with Gloo, and TF_CONFIG multi-worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+HOROVODRUN = BIN / "horovodrun"
+
+
+def _worker_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_"))}
+    env.pop("TF_CONFIG", None)
+    env.pop("KSCALE_BACKEND", None)
+    env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
+    env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
+    env.update(extra)
+    return env
+
+
+def _check(done: subprocess.CompletedProcess, what: str) -> subprocess.CompletedProcess:
+    if done.returncode != 0:
+        raise AssertionError(f"{what} exited {done.returncode}\n--- output ---\n{done.stdout[-6000:]}")
+    return done
+
+
+@pytest.fixture
+def horovodrun():
+    """Run `args` under `horovodrun -np N -H localhost:N --gloo`; output (stdout+stderr) on failure."""
+
+    def launch(
+        np: int, args: list[str], timeout: int = 240, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        command = [str(HOROVODRUN), "-np", str(np), "-H", f"localhost:{np}", "--gloo", sys.executable, *args]
+        done = subprocess.run(
+            command,
+            env=_worker_env(),
+            cwd=REPO,
+            timeout=timeout,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        return _check(done, "horovodrun") if check else done
+
+    return launch
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def tf_config_workers():
+    """Run `args` as N processes that form one TF_CONFIG multi-worker cluster on localhost."""
+
+    def launch(n: int, args: list[str], timeout: int = 240) -> list[subprocess.CompletedProcess]:
+        workers = [f"localhost:{p}" for p in _free_ports(n)]
+        procs = []
+        for index in range(n):
+            config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, *args],
+                    env=_worker_env(TF_CONFIG=json.dumps(config)),
+                    cwd=REPO,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        results = []
+        try:
+            for proc in procs:
+                out, _ = proc.communicate(timeout=timeout)
+                results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out))
+        finally:
+            for proc in procs:
+                proc.kill()
+        for index, done in enumerate(results):
+            _check(done, f"TF_CONFIG worker {index}")
+        return results
+
+    return launch
+
+
+@pytest.fixture
+def run_python():
+    """Run a plain single Python process with the repo importable."""
+
+    def launch(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, *args],
+            env=_worker_env(**extra_env),
+            cwd=REPO,
+            timeout=timeout,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        return _check(done, "python")
+
+    return launch

@@ -1,0 +1,79 @@
+"""N replicas at batch b and lr η must train exactly like one process at batch N·b and lr N·η."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+WORKER = "tests/multiprocess/workers/equivalence.py"
+TOLERANCE = 1e-5
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    import subprocess
+    import sys
+
+    from conftest import REPO, _check, _worker_env  # the module-scoped twin of run_python
+
+    out = tmp_path_factory.mktemp("reference") / "weights"
+    done = subprocess.run(
+        [sys.executable, WORKER, "reference", str(out)],
+        env=_worker_env(),
+        cwd=REPO,
+        timeout=180,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    _check(done, "reference run")
+    return _load(f"{out}.0.json")
+
+
+def _load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _max_diff(a: list, b: list) -> float:
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
+
+
+def _assert_matches(result: dict, reference: dict) -> None:
+    assert result["replicas"] == 2
+    assert result["iterations"] == reference["iterations"] == 16  # 64 samples / global batch 8 × 2 epochs
+    assert _max_diff(result["final"], reference["final"]) < TOLERANCE
+    # A real check, not a coincidence: training moved the weights far more than the tolerance.
+    assert _max_diff(reference["final"], reference["initial"]) > 100 * TOLERANCE
+
+
+@pytest.mark.timeout(300)
+def test_horovod_two_workers_match_one_process_with_double_batch(horovodrun, reference, tmp_path):
+    horovodrun(2, [WORKER, "horovod", str(tmp_path / "weights")])
+    rank0, rank1 = _load(f"{tmp_path}/weights.0.json"), _load(f"{tmp_path}/weights.1.json")
+    _assert_matches(rank0, reference)
+    # Rank 1 began from other weights; the broadcast from rank 0 made them equal before step one.
+    assert _max_diff(rank1["initial"], rank0["initial"]) > 0.1
+    assert _max_diff(rank1["final"], rank0["final"]) == 0.0
+    _assert_matches(rank1, reference)
+
+
+@pytest.mark.timeout(300)
+def test_mirrored_two_cpu_replicas_match_one_process_with_double_batch(run_python, reference, tmp_path):
+    run_python([WORKER, "mirrored", str(tmp_path / "weights")])
+    _assert_matches(_load(f"{tmp_path}/weights.0.json"), reference)
+
+
+@pytest.mark.timeout(300)
+def test_multi_worker_two_processes_match_one_process_with_double_batch(
+    tf_config_workers, reference, tmp_path
+):
+    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path / "weights")])
+    rank0, rank1 = _load(f"{tmp_path}/weights.0.json"), _load(f"{tmp_path}/weights.1.json")
+    assert _max_diff(rank1["initial"], rank0["initial"]) > 0.1
+    _assert_matches(rank0, reference)
+    _assert_matches(rank1, reference)

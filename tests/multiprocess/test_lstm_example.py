@@ -1,0 +1,81 @@
+"""The LSTM example trains end to end in every mode; only rank 0 prints and checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import pytest
+
+TRAIN = "examples/lstm/train.py"
+SMALL = ["--samples", "256", "--epochs", "2", "--timesteps", "12", "--units", "8"]
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _report(path) -> dict:
+    with open(path) as f:
+        report = json.load(f)
+    assert math.isfinite(report["final_loss"]) and report["final_loss"] < 1.0
+    assert report["samples_per_s"] > 0 and report["wall_s"] > 0
+    return report
+
+
+def _only_checkpoint(folder, name: str) -> None:
+    """The checkpoint is there, whole, and nothing else: no temp files, no other rank's copies."""
+    assert sorted(os.listdir(folder)) == [name]
+
+
+def _load_in_plain_process(path) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    model = tf.keras.models.load_model(path)
+    assert model.predict(np.zeros((2, 12, 1), "float32"), verbose=0).shape == (2, 1)
+
+
+@pytest.mark.timeout(240)
+def test_single_process(run_python, tmp_path):
+    done = run_python([TRAIN, *SMALL, "--report", str(tmp_path / "r.json")])
+    assert _report(tmp_path / "r.json")["replicas"] == 1
+    assert done.stdout.count("kscale plan") == 1 and "backend          single" in done.stdout
+
+
+@pytest.mark.timeout(240)
+def test_mirrored_two_cpu_replicas(run_python, tmp_path):
+    done = run_python(
+        [TRAIN, *SMALL, "--backend", "mirrored", "--cpu-devices", "2", "--report", str(tmp_path / "r.json")]
+    )
+    assert _report(tmp_path / "r.json")["replicas"] == 2
+    assert "backend          mirrored" in done.stdout and "global 64" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_horovod_rank0_prints_and_checkpoints_and_checkpoint_loads_alone(horovodrun, tmp_path):
+    ckpt_dir = tmp_path / "ckpt"
+    done = horovodrun(
+        2, [TRAIN, *SMALL, "--checkpoint", str(ckpt_dir / "lstm.h5"), "--report", str(tmp_path / "r.json")]
+    )
+    assert _report(tmp_path / "r.json")["replicas"] == 2
+    progress = [line for line in done.stdout.splitlines() if re.search(r"loss: \d", line)]
+    assert progress, done.stdout[-3000:]
+    assert all(line.startswith("[0]") for line in progress), progress
+    plan_lines = [line for line in done.stdout.splitlines() if "kscale plan" in line]
+    assert len(plan_lines) == 1 and plan_lines[0].startswith("[0]")
+    _only_checkpoint(ckpt_dir, "lstm.h5")
+    _load_in_plain_process(ckpt_dir / "lstm.h5")
+
+
+@pytest.mark.timeout(300)
+def test_multi_worker_tf_config(tf_config_workers, tmp_path):
+    ckpt_dir = tmp_path / "ckpt"
+    chief, other = tf_config_workers(
+        2, [TRAIN, *SMALL, "--checkpoint", str(ckpt_dir / "lstm.h5"), "--report", str(tmp_path / "r.json")]
+    )
+    assert _report(tmp_path / "r.json")["replicas"] == 2
+    assert "kscale plan" in chief.stdout and "kscale plan" not in other.stdout
+    assert re.search(r"loss: \d", chief.stdout) and not re.search(r"loss: \d", other.stdout)
+    _only_checkpoint(ckpt_dir, "lstm.h5")
+    _load_in_plain_process(ckpt_dir / "lstm.h5")
