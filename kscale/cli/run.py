@@ -1,0 +1,384 @@
+"""`kscale run`: launch a training script with Horovod, after checking that the launch can work.
+
+Two ways to launch:
+
+- `kscale run -np 4 [-H a:2,b:2 | --hostfile F] [horovodrun options] -- python train.py` hands the job to
+  Horovod's own runner (`horovod.runner.launch`): same options, same SSH start of remote workers, same
+  output. kscale adds a preflight check first (the script exists, -np fits the slots, Horovod has
+  TensorFlow and the controller) so a broken setup fails in a second with the fix, not in a traceback.
+- `kscale run --nnodes M --node-rank R --master ADDR[:PORT] --nproc-per-node K -- python train.py`, run
+  once on every node, needs no SSH (see `kscale.cli.pernode`); under `srun` the node values come from
+  SLURM.
+
+Horovod's options are not redeclared: everything kscale does not know is passed to Horovod's own parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kscale.cli import checks as checks_mod
+from kscale.cli import pernode
+from kscale.cli.facts import HOROVOD_INSTALL, BuildInfo, Intent, gather, probe_build
+from kscale.cli.hosts import Host, format_hosts, parse_host_list, parse_hostfile, total_slots
+from kscale.errors import KScaleError, LaunchError, MissingDependencyError
+
+DESCRIPTION = "Launch a training script on one or more hosts with Horovod (Gloo or MPI)."
+
+EPILOG = """\
+Any horovodrun option is passed to Horovod, e.g. -np N, -H host1:2,host2:2, --hostfile F, --gloo,
+--mpi, -p/--ssh-port PORT, -i/--ssh-identity-file F, --network-interfaces eth0, --start-timeout S,
+--timeline-filename F, --fusion-threshold-mb MB, --cycle-time-ms MS, --autotune, --gloo-timeout-seconds S,
+--verbose (see `horovodrun --help`). Put `--` before the command.
+
+examples:
+  kscale run -np 2 -- python train.py
+  kscale run -np 8 -H node1:4,node2:4 -p 12345 -- python train.py
+  # no SSH: run on every node (node 0 at 10.0.0.1)
+  kscale run --nnodes 2 --node-rank 0 --master 10.0.0.1:29400 --nproc-per-node 4 -- python train.py
+  # inside an sbatch script: nodes, ranks and master come from SLURM
+  srun --ntasks-per-node=1 kscale run --nproc-per-node 4 -- python train.py
+"""
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """kscale's own launch options (shared by `kscale run` and `kscale test`)."""
+    group = parser.add_argument_group("per-node launch (no SSH; run once on every node)")
+    group.add_argument("--nnodes", type=int, help="number of nodes taking part")
+    group.add_argument(
+        "--node-rank", type=int, help="this node's rank, 0 .. nnodes-1 (0 serves the rendezvous)"
+    )
+    group.add_argument(
+        "--master",
+        help=f"node 0's address and rendezvous port, ADDR[:PORT] (default port {pernode.DEFAULT_PORT})",
+    )
+    group.add_argument("--nproc-per-node", type=int, help="worker processes to start on this node")
+    group.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=30.0,
+        help="seconds without news from a node before the job is stopped (default 30)",
+    )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="launch even if the preflight checks find a problem",
+    )
+
+
+def run_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    kwargs = dict(
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    if subparsers is not None:
+        parser = subparsers.add_parser("run", help=DESCRIPTION, allow_abbrev=False, **kwargs)
+    else:
+        parser = argparse.ArgumentParser("kscale run", allow_abbrev=False, **kwargs)
+    add_launch_arguments(parser)
+    parser.set_defaults(func=run_command, launcher_args=[])
+    return parser
+
+
+def split_command(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split `[options] -- command` at the first `--`. Without `--` the command stays in the options and
+    Horovod's parser finds where it starts (its REMAINDER)."""
+    tokens = list(tokens)
+    if "--" in tokens:
+        at = tokens.index("--")
+        return tokens[:at], tokens[at + 1 :]
+    return tokens, []
+
+
+def parse_horovod_args(tokens: Sequence[str]) -> argparse.Namespace:
+    """Parse with Horovod's own parser, so every horovodrun option works as documented there."""
+    try:
+        from horovod.runner import launch
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"kscale run needs Horovod, which is not importable ({err}). Install it: " + HOROVOD_INSTALL
+        ) from err
+    saved = sys.argv
+    sys.argv = ["kscale run", *tokens]
+    try:
+        return launch.parse_args()
+    finally:
+        sys.argv = saved
+
+
+_PYTHON = re.compile(r"^python[0-9.]*$")
+#: Interpreter options that take a value (python -W ignore script.py).
+_PYTHON_VALUE_OPTIONS = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+def check_command(command: Sequence[str], cwd: str | Path | None = None) -> None:
+    """Fail now, not once per worker, when the command cannot start: no command, no script, no module."""
+    if not command:
+        raise LaunchError("no command to run; put it after `--`, e.g. kscale run -np 2 -- python train.py")
+    cwd = Path(cwd or os.getcwd())
+    program = command[0]
+    if _PYTHON.match(Path(program).name) or program == sys.executable:
+        i = 1
+        while i < len(command) and command[i].startswith("-") and command[i] != "-":
+            option = command[i]
+            if option == "-c":
+                return
+            if option == "-m":
+                if i + 1 >= len(command):
+                    raise LaunchError(f"`{' '.join(command)}`: -m needs a module name.")
+                _check_module(command[i + 1], cwd)
+                return
+            i += 2 if option in _PYTHON_VALUE_OPTIONS else 1
+        if i >= len(command):
+            raise LaunchError(f"`{' '.join(command)}` names no script: expected e.g. `python train.py`.")
+        script = Path(command[i])
+        if not (cwd / script).is_file():
+            raise LaunchError(
+                f"training script {str(script)!r} not found (looked in {cwd}). Check the path; on several "
+                "hosts it must exist at the same path on each."
+            )
+        return
+    if "/" in program:
+        path = cwd / program
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise LaunchError(f"{program!r} is not an executable file (looked in {cwd}).")
+    elif shutil.which(program) is None:
+        raise LaunchError(f"{program!r} is not on PATH; give its full path or `python script.py`.")
+
+
+def _check_module(module: str, cwd: Path) -> None:
+    sys.path.insert(0, str(cwd))  # `python -m` puts the working directory first
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    except Exception:
+        return
+    finally:
+        sys.path.remove(str(cwd))
+    if not found:
+        raise LaunchError(f"`python -m {module}`: no module named {module!r} in this Python (cwd {cwd}).")
+
+
+def _raise_findings(findings: Sequence[checks_mod.Finding]) -> None:
+    problems = checks_mod.errors(findings)
+    if problems:
+        text = "\n".join(f.render() for f in problems)
+        raise LaunchError(
+            f"preflight found {len(problems)} problem(s):\n{text}\n(--no-preflight launches anyway)"
+        )
+
+
+def host_list(args: argparse.Namespace) -> list[Host]:
+    if args.hosts:
+        return parse_host_list(args.hosts)
+    if args.hostfile:
+        return parse_hostfile(args.hostfile)
+    return [Host("localhost", args.num_proc)]
+
+
+def preflight(args: argparse.Namespace, build: BuildInfo | None = None) -> tuple[list[Host], BuildInfo]:
+    """Checks for a horovodrun-style launch, cheapest first; returns the host list and the Horovod build.
+    Raises LaunchError with the fix."""
+    check_command(args.command)
+    hosts = host_list(args)
+    if args.num_proc > total_slots(hosts):
+        raise LaunchError(
+            f"-np {args.num_proc} asks for more processes than the host list has slots "
+            f"({format_hosts(hosts)} = {total_slots(hosts)}). Lower -np or add slots, e.g. "
+            f"-H {hosts[0].name}:{hosts[0].slots + args.num_proc - total_slots(hosts)}."
+        )
+    build = build or probe_build()
+    controller = "gloo" if args.use_gloo else "mpi" if args.use_mpi else None
+    intent = Intent(hosts=tuple(hosts), controller=controller, nics=tuple(sorted(args.nics or ())))
+    facts = gather(intent, build=build, ssh=False)
+    found = checks_mod.run_checks(
+        facts,
+        (
+            checks_mod.check_horovod_build,
+            checks_mod.check_hostname,
+            checks_mod.check_routes,
+            checks_mod.check_interfaces,
+        ),
+    )
+    _raise_findings(found)
+    return hosts, build
+
+
+@contextlib.contextmanager
+def _spawn_without_main() -> Iterator[None]:
+    """Hide our __main__ from multiprocessing's spawn while Horovod starts workers.
+
+    horovodrun's Gloo mode starts one `safe_shell_exec` middleman per worker with spawn, and spawn
+    re-imports the parent's __main__ in each: for horovodrun a small script, for kscale the kscale
+    package, which imports TensorFlow (seconds of CPU and hundreds of MB per worker, for nothing).
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+@contextlib.contextmanager
+def _known_build(build: BuildInfo | None) -> Iterator[None]:
+    """Give Horovod's runner the answers our probe already has.
+
+    `run_controller` asks `gloo_built()` / `mpi_built()` again, and each answer forks a process that
+    imports TensorFlow. Horovod's own tests patch the same two names.
+    """
+    from horovod.runner import launch
+
+    if build is None or not build.tensorflow:
+        yield
+        return
+    saved = launch.gloo_built, launch.mpi_built
+    launch.gloo_built = lambda verbose=False: build.gloo
+    launch.mpi_built = lambda verbose=False: build.mpi
+    try:
+        yield
+    finally:
+        launch.gloo_built, launch.mpi_built = saved
+
+
+def launch_horovodrun(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
+    """Hand the parsed options to Horovod's runner; turn its failure into an exit status."""
+    from horovod.runner import launch
+
+    try:
+        with _spawn_without_main(), _known_build(build):
+            launch._run(args)
+    except RuntimeError as err:
+        message = str(err)
+        print(f"kscale run: {message.strip()}", file=sys.stderr)
+        if "ssh" in message:
+            print("kscale run: `kscale doctor -H HOSTS` checks ssh, names and interfaces.", file=sys.stderr)
+        match = re.search(r"Exit code: (\d+)", message)
+        return int(match.group(1)) if match and 0 < int(match.group(1)) < 256 else 1
+    return 0
+
+
+def node_spec(args: argparse.Namespace, env: Mapping[str, str]) -> pernode.NodeSpec | None:
+    """The per-node launch asked for (or implied by srun), or None for a horovodrun-style launch."""
+    per_node = any(v is not None for v in (args.nnodes, args.node_rank, args.master, args.nproc_per_node))
+    if not per_node:
+        return None
+    nnodes, node_rank, master = args.nnodes, args.node_rank, args.master
+    if nnodes is None and node_rank is None:
+        slurm = pernode.from_slurm(env)
+        if slurm is not None:
+            nnodes, node_rank, host, port = slurm
+            master = master or f"{host}:{port}"
+    nnodes = 1 if nnodes is None else nnodes
+    if nnodes > 1 and (node_rank is None or master is None):
+        raise LaunchError(
+            "a per-node launch on several nodes needs --node-rank and --master on every node, e.g. "
+            "--nnodes 2 --node-rank 0 --master 10.0.0.1:29400 (or start it with srun)."
+        )
+    addr, port = pernode.parse_master(master or "127.0.0.1")
+    return pernode.NodeSpec(
+        nnodes=nnodes,
+        node_rank=node_rank or 0,
+        master_addr=addr,
+        master_port=port,
+        nproc_per_node=1 if args.nproc_per_node is None else args.nproc_per_node,
+        heartbeat_timeout=args.heartbeat_timeout,
+    )
+
+
+def run_pernode(
+    spec: pernode.NodeSpec,
+    options: list[str],
+    command: list[str],
+    skip_checks: bool,
+    build: BuildInfo | None = None,
+) -> int:
+    from horovod.runner.common.util import config_parser
+
+    total = spec.nnodes * spec.nproc_per_node
+    hvd = parse_horovod_args(["-np", str(total), *options, *command])
+    if hvd.num_proc != total:
+        raise LaunchError(
+            f"-np {hvd.num_proc} does not match --nnodes {spec.nnodes} x --nproc-per-node "
+            f"{spec.nproc_per_node} = {total}; leave -np out of a per-node launch."
+        )
+    if hvd.hosts or hvd.hostfile:
+        raise LaunchError(
+            "a per-node launch takes no host list (-H/--hostfile): each node starts its own workers."
+        )
+    if hvd.use_mpi or hvd.use_jsrun:
+        raise LaunchError("a per-node launch uses Gloo; for MPI use mpirun or kscale run -np N -H ... --mpi.")
+    spec = dataclasses.replace(
+        spec,
+        start_timeout=float(hvd.start_timeout or spec.start_timeout),
+        nics=tuple(sorted(hvd.nics or ())),
+        verbose=bool(hvd.verbose),
+    )
+    if not skip_checks:
+        check_command(hvd.command)
+        build = build or probe_build()
+        intent = Intent(
+            master=spec.master_addr,
+            master_port=spec.master_port if spec.node_rank == 0 else None,
+            nnodes=spec.nnodes,
+            controller="gloo",
+            nics=spec.nics,
+        )
+        facts = gather(intent, build=build, ssh=False)
+        _raise_findings(
+            checks_mod.run_checks(
+                facts,
+                (
+                    checks_mod.check_horovod_build,
+                    checks_mod.check_hostname,
+                    checks_mod.check_routes,
+                    checks_mod.check_interfaces,
+                    checks_mod.check_ports,
+                ),
+            )
+        )
+    env = config_parser.set_env_from_args({}, hvd)
+    return pernode.launch(spec, hvd.command, {k: str(v) for k, v in env.items()})
+
+
+def run_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
+    """Entry point of `kscale run` (also used by `kscale test`). `build` fakes the Horovod build in tests."""
+    try:
+        options, command = split_command(args.launcher_args)
+        spec = node_spec(args, os.environ)
+        if spec is not None:
+            return run_pernode(spec, options, command, args.no_preflight, build)
+        hvd = parse_horovod_args([*options, *command])
+        if args.no_preflight:
+            hosts = host_list(hvd)
+        else:
+            hosts, build = preflight(hvd, build)
+        # Horovod gets a clean host:slots list (its hostfile parser fails on comments and blank lines).
+        hvd.hosts, hvd.hostfile = format_hosts(hosts), None
+        return launch_horovodrun(hvd, build)
+    except KScaleError as err:  # LaunchError, MissingDependencyError: the message says the fix
+        print(f"kscale run: error: {err}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = run_command_parser()
+    args, extras = parser.parse_known_args(argv)
+    args.launcher_args = extras
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""`kscale test`: run kscale's self-checking training script under the real launcher and say PASS or FAIL.
+
+It takes the same launch options as `kscale run` (default: 2 processes on this host), so it checks the
+exact path a user's job takes: `kscale test -np 8 -H node1:4,node2:4`, or on every node
+`kscale test --nnodes 2 --node-rank R --master ADDR --nproc-per-node 4`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from typing import Any, TextIO
+
+from kscale.cli.facts import BuildInfo
+from kscale.cli.run import add_launch_arguments, run_command, split_command
+from kscale.selftest.script import FAIL, PASS
+
+DESCRIPTION = "Check allreduce, broadcast and synchronous training on the launcher you will use."
+
+
+def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    epilog = "Other options (-np, -H, --gloo, ...) are passed to the launcher as for `kscale run`."
+    if subparsers is not None:
+        parser = subparsers.add_parser(
+            "test", help=DESCRIPTION, description=DESCRIPTION, epilog=epilog, allow_abbrev=False
+        )
+    else:
+        parser = argparse.ArgumentParser(
+            "kscale test", description=DESCRIPTION, epilog=epilog, allow_abbrev=False
+        )
+    add_launch_arguments(parser)
+    parser.add_argument("--steps", type=int, default=4, help="training steps the self-test runs (default 4)")
+    parser.set_defaults(func=test_command, launcher_args=[])
+    return parser
+
+
+class _Tee(io.TextIOBase):
+    """Pass output through and keep the self-test's verdict lines for the summary."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.verdicts: list[str] = []
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if PASS in line or FAIL in line:
+                self.verdicts.append(line.strip())
+        self.stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def selftest_command(steps: int) -> list[str]:
+    return [sys.executable, "-m", "kscale.selftest", "--steps", str(steps)]
+
+
+def test_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
+    options, extra_command = split_command(args.launcher_args)
+    if extra_command:
+        print(
+            "kscale test: error: kscale test runs its own script; drop the command after --", file=sys.stderr
+        )
+        return 2
+    per_node = any(v is not None for v in (args.nnodes, args.node_rank, args.master, args.nproc_per_node))
+    if not per_node and not any(o in ("-np", "--num-proc") or o.startswith("--num-proc=") for o in options):
+        options = ["-np", "2", *options]
+    args.launcher_args = [*options, "--", *selftest_command(args.steps)]
+    tee = _Tee(sys.stdout)
+    saved, sys.stdout = sys.stdout, tee
+    try:
+        code = run_command(args, build=build)
+    finally:
+        sys.stdout = saved
+    failed = [line for line in tee.verdicts if FAIL in line]
+    passed = [line for line in tee.verdicts if PASS in line]
+    if code == 0 and not failed:
+        print(f"kscale test: PASS ({len(passed)} rank(s) on this node passed every check)")
+        return 0
+    reasons = failed or [f"the launch exited with status {code} before the self-test gave a verdict"]
+    print("kscale test: FAIL\n" + "\n".join(f"  {reason}" for reason in reasons))
+    return code or 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = test_command_parser()
+    args, extras = parser.parse_known_args(argv)
+    args.launcher_args = extras
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The subcommands in-process, with the Horovod build faked: broken setups fail fast with the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kscale.cli import doctor, run
+from kscale.cli.facts import BuildInfo
+from kscale.cli.main import build_parser, main
+
+GOOD_BUILD = BuildInfo(
+    horovod_version="0.28.1", tensorflow_version="2.15.1", keras_version="2.15.0", tensorflow=True, gloo=True
+)
+NO_TF_BUILD = BuildInfo(
+    horovod_version="0.28.1",
+    tensorflow_version="2.15.1",
+    error="ImportError: Extension horovod.tensorflow has not been built: mpi_lib.so not found",
+)
+
+
+def run_cli(argv: list[str], build: BuildInfo | None) -> int:
+    args, extras = build_parser().parse_known_args(argv)
+    args.launcher_args = extras
+    if args.subcommand == "run":
+        return run.run_command(args, build=build)
+    return doctor.doctor_command(args, build=build)
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    return "train.py"
+
+
+def test_missing_script(script, capsys):
+    assert run_cli(["run", "-np", "2", "--", "python", "nothere.py"], GOOD_BUILD) == 2
+    err = capsys.readouterr().err
+    assert "kscale run: error: training script 'nothere.py' not found" in err
+
+
+def test_more_processes_than_slots(script, capsys):
+    assert run_cli(["run", "-np", "5", "-H", "localhost:2", "--", "python", script], GOOD_BUILD) == 2
+    err = capsys.readouterr().err
+    assert "-np 5 asks for more processes than the host list has slots (localhost:2 = 2)" in err
+    assert "-H localhost:5" in err
+
+
+def test_more_processes_than_hostfile_slots(script, tmp_path, capsys):
+    (tmp_path / "hosts").write_text("# one host\nlocalhost slots=1\n")
+    assert run_cli(["run", "-np", "2", "--hostfile", "hosts", "--", "python", script], GOOD_BUILD) == 2
+    assert "localhost:1 = 1" in capsys.readouterr().err
+
+
+def test_horovod_built_without_tensorflow(script, capsys):
+    assert run_cli(["run", "-np", "2", "--", "python", script], NO_TF_BUILD) == 2
+    err = capsys.readouterr().err
+    assert "built without TensorFlow support" in err and "HOROVOD_WITH_TENSORFLOW=1" in err
+    assert "--no-preflight launches anyway" in err
+
+
+def test_controller_not_built(script, capsys):
+    assert run_cli(["run", "-np", "2", "--mpi", "--", "python", script], GOOD_BUILD) == 2
+    assert "MPI controller but Horovod was built without it" in capsys.readouterr().err
+
+
+def test_per_node_launch_checks_too(script, capsys):
+    argv = ["run", "--nproc-per-node", "2", "--master", "127.0.0.1:29411", "--", "python", script]
+    assert run_cli(argv, NO_TF_BUILD) == 2
+    assert "built without TensorFlow support" in capsys.readouterr().err
+    assert run_cli(["run", "--nproc-per-node", "2", "-np", "3", "--", "python", script], GOOD_BUILD) == 2
+    assert "-np 3 does not match --nnodes 1 x --nproc-per-node 2" in capsys.readouterr().err
+    assert run_cli(["run", "--nproc-per-node", "1", "-H", "a:1", "--", "python", script], GOOD_BUILD) == 2
+    assert "takes no host list" in capsys.readouterr().err
+
+
+def test_doctor_on_this_host(capsys):
+    code = run_cli(["doctor"], GOOD_BUILD)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Horovod 0.28.1 built with TensorFlow + gloo" in out and "memlock" in out and "hostname" in out
+
+
+def test_doctor_fails_when_a_launch_would(capsys):
+    code = run_cli(["doctor", "-H", "localhost:1,no-such-host.invalid:1", "--no-ssh"], NO_TF_BUILD)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "[FAIL] horovod" in out and "'no-such-host.invalid' does not resolve" in out
+    assert "problem(s) that would make a launch fail" in out
+
+
+def test_doctor_reports_a_bad_host_list(capsys):
+    assert run_cli(["doctor", "-H", "hosta"], GOOD_BUILD) == 2
+    assert "host:slots" in capsys.readouterr().err
+
+
+def test_env_reads_the_launcher(monkeypatch, capsys):
+    monkeypatch.setenv("HOROVOD_RANK", "1")
+    monkeypatch.setenv("HOROVOD_SIZE", "2")
+    monkeypatch.setenv("HOROVOD_LOCAL_RANK", "1")
+    monkeypatch.setenv("HOROVOD_LOCAL_SIZE", "2")
+    monkeypatch.setenv("KSCALE_BACKEND", "horovod")
+    assert main(["env", "--json", "--no-backend"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["launcher"] == "horovod" and info["rank"] == 1 and info["world_size"] == 2
+    assert info["is_chief"] is False and info["backend_override"] == "horovod" and "backend" not in info
+
+
+def test_env_text_and_backend(monkeypatch, capsys):
+    monkeypatch.setattr("kscale.cli.env._backend", lambda env: "single")
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "launcher" in out and "none" in out and "backend" in out and "single" in out
+
+
+def test_env_with_broken_launcher_variables(monkeypatch, capsys):
+    monkeypatch.setenv("HOROVOD_RANK", "x")
+    monkeypatch.setenv("HOROVOD_SIZE", "2")
+    assert main(["env", "--no-backend"]) == 2
+    assert "HOROVOD_RANK='x' is not an integer" in capsys.readouterr().err
