@@ -84,6 +84,16 @@ class Options:
             raise OptionError(f"warmup_epochs={warmup!r} must be a number >= 0 (epochs of gradual warmup).")
         if parsed.get("devices") is not None:
             parsed["devices"] = tuple(parsed["devices"])
+        if parsed.get("compression") == "none":
+            parsed["compression"] = None
+        if parsed.get("compression") not in (None, "fp16"):
+            raise OptionError(f"compression={parsed['compression']!r} is not valid; use None or 'fp16'.")
+        passes = parsed.get("backward_passes_per_step", 1)
+        if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
+            raise OptionError(
+                f"backward_passes_per_step={passes!r} must be an integer >= 1 (the number of batches whose "
+                "gradients are accumulated before one allreduce)."
+            )
         return cls(**parsed)
 
 
@@ -97,12 +107,18 @@ def distribute(model: tf.keras.Model, **options: Any) -> DistributedModel:
     """
     opts = Options.parse(**options)
     check_model(model)
-    backend = backends.current(
-        opts.backend,
-        devices=list(opts.devices) if opts.devices else None,
-        compression=opts.compression,
-        backward_passes_per_step=opts.backward_passes_per_step,
-    )
+    backend = backends.current(opts.backend, devices=list(opts.devices) if opts.devices else None)
+    gradient_options = {}
+    if opts.compression is not None or opts.backward_passes_per_step != 1:
+        if not backend.supports_gradient_options:
+            raise OptionError(
+                f"compression and backward_passes_per_step are Horovod options; the {backend.name!r} backend "
+                "does not support them. Drop them, or launch with horovodrun / kscale run."
+            )
+        gradient_options = {
+            "compression": opts.compression,
+            "backward_passes_per_step": opts.backward_passes_per_step,
+        }
     base_lr = learning_rate_of(model.optimizer)
     factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
     warmup = opts.warmup_epochs > 0 and factor != 1.0
@@ -119,7 +135,7 @@ def distribute(model: tf.keras.Model, **options: Any) -> DistributedModel:
         return clone_optimizer(model.optimizer, lr)
 
     created: dict[str, Any] = {}
-    distributed = backend.prepare_model(model, make_optimizer, compile_args(model))
+    distributed = backend.prepare_model(model, make_optimizer, compile_args(model), **gradient_options)
     lr_after = created.get("lr", base_lr)
     plan = Plan(
         backend=backend.name,
@@ -208,7 +224,7 @@ class DistributedModel:
             val_feed = self._feed(vx, vy, vsw, val_batch, False, validation_steps, "validation data")
 
         plan = self.kscale_plan.with_fit(
-            per_replica_batch=per_replica,
+            per_replica_batch=per_replica if is_array_data(x) else None,  # else the data holds the batch
             epochs_before=epochs,
             epochs_after=epochs_after,
             steps_per_epoch_before=steps_per_epoch,
@@ -357,6 +373,11 @@ class DistributedModel:
 
         if isinstance(x, tf.data.Dataset):
             _no_separate_targets(y, sample_weight, "a tf.data.Dataset")
+            batches = dataset_batches(x)
+            if batches and batches > 0 and batches % shard.count:
+                notes.append(
+                    f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"
+                )
             if self.backend.strategy is None:
                 dataset = shard_dataset(x, shard, what)
                 _check_steps(steps, dataset_batches(dataset), what, policy)
@@ -368,6 +389,10 @@ class DistributedModel:
 
         if isinstance(x, tf.keras.utils.Sequence):
             _no_separate_targets(y, sample_weight, "a keras.utils.Sequence")
+            if len(x) % shard.count:
+                notes.append(
+                    f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even"
+                )
             if self.backend.strategy is None:
                 sequence = ShardedSequence(x, shard) if shard.count > 1 else x
                 _check_steps(steps, len(sequence), what, policy)

@@ -58,4 +58,4 @@ def describe(lr: LearningRate) -> float | str:
         return f"{describe(lr.base)} x {lr.factor:g}"
     if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
         return type(lr).__name__
-    return float(lr)
+    return float(f"{float(lr):.6g}")  # float32 rates print as 0.05, not 0.05000000074505806

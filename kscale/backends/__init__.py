@@ -6,8 +6,6 @@ second `distribute()` or `kscale.scope()` reuses it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import tensorflow as tf
 
 from kscale import environment
@@ -40,7 +38,7 @@ def resolve(name: str | None = None, env: environment.Environment | None = None)
     return next(backend for backend in REGISTRY.values() if backend.detect(env))
 
 
-def current(name: str | None = None, devices: list[str] | None = None, **options: Any) -> Backend:
+def current(name: str | None = None, devices: list[str] | None = None) -> Backend:
     """This process's backend, created and set up on first use."""
     global _current
     wanted = resolve(name)
@@ -51,8 +49,7 @@ def current(name: str | None = None, devices: list[str] | None = None, **options
                 f"{wanted.name!r}. Use one backend per process (set it once, or via KSCALE_BACKEND)."
             )
         return _current
-    kwargs = dict(options) if wanted is HorovodBackend else {}
-    backend = wanted(environment.current(), devices=devices, **kwargs)
+    backend = wanted(environment.current(), devices=devices)
     backend.setup()
     _current = backend
     return backend

@@ -23,6 +23,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: True when each replica is its own process (Horovod): data is sharded per process.
     one_process_per_replica: ClassVar[bool] = False
+    #: True when prepare_model takes `compression` and `backward_passes_per_step`.
+    supports_gradient_options: ClassVar[bool] = False
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env

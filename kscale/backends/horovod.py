@@ -10,7 +10,6 @@ import tensorflow as tf
 from kscale import _optional
 from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
-from kscale.errors import OptionError
 from kscale.model_rebuild import recompile
 
 
@@ -18,23 +17,10 @@ class HorovodBackend(Backend):
     name = "horovod"
     one_process_per_replica = True
 
-    def __init__(
-        self,
-        env: Environment,
-        devices: list[str] | None = None,
-        compression: str | None = None,
-        backward_passes_per_step: int = 1,
-    ):
+    supports_gradient_options = True
+
+    def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)
-        if compression not in (None, "none", "fp16"):
-            raise OptionError(f"compression={compression!r} is not valid; use None or 'fp16'.")
-        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-            raise OptionError(
-                f"backward_passes_per_step={backward_passes_per_step!r} must be an integer >= 1 "
-                "(the number of batches whose gradients are accumulated before one allreduce)."
-            )
-        self.compression = None if compression == "none" else compression
-        self.backward_passes_per_step = backward_passes_per_step
         self._hvd = None
 
     @classmethod
@@ -62,15 +48,20 @@ class HorovodBackend(Backend):
         return self.hvd.rank()
 
     def prepare_model(
-        self, model: tf.keras.Model, make_optimizer: Callable[[], Any], compile_args: dict
+        self,
+        model: tf.keras.Model,
+        make_optimizer: Callable[[], Any],
+        compile_args: dict,
+        compression: str | None = None,
+        backward_passes_per_step: int = 1,
     ) -> tf.keras.Model:
         hvd = self.hvd
         # Same weights everywhere from this moment on, also for evaluate()/predict() without fit().
         _optional.horovod_tensorflow().broadcast_variables(model.variables, root_rank=0)
         optimizer = hvd.DistributedOptimizer(
             make_optimizer(),
-            compression=hvd.Compression.fp16 if self.compression == "fp16" else hvd.Compression.none,
-            backward_passes_per_step=self.backward_passes_per_step,
+            compression=hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none,
+            backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=True,
         )
         return recompile(model, optimizer, compile_args)

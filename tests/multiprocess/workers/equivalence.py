@@ -43,22 +43,66 @@ rank = kscale.environment.current().rank
 model = build(seed=1 if rank == 0 else 99)  # rank 1 differs on purpose
 initial = [w.tolist() for w in model.get_weights()]
 
+
+class Batches(tf.keras.utils.Sequence):
+    """The same samples as a keras Sequence of batches of `size`."""
+
+    def __init__(self, x, y, size):
+        super().__init__()
+        self.x, self.y, self.size = x, y, size
+
+    def __len__(self):
+        return len(self.x) // self.size
+
+    def __getitem__(self, i):
+        return self.x[i * self.size : (i + 1) * self.size], self.y[i * self.size : (i + 1) * self.size]
+
+
+def weights(m) -> list:
+    return [w.tolist() for w in m.get_weights()]
+
+
+result = {"rank": rank, "replicas": kscale.num_replicas(), "initial": initial}
 if mode == "reference":
     model.compile(optimizer=tf.keras.optimizers.SGD(2 * LR), loss="mse")
     model.fit(x, y, batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-    trained = model
+    result.update(final=weights(model), iterations=int(model.optimizer.iterations.numpy()))
+    # What 2 workers accumulating 2 batches of b before each averaged update must match: batch 4b, lr 2η.
+    accumulated = build(seed=1)
+    accumulated.compile(optimizer=tf.keras.optimizers.SGD(2 * LR), loss="mse")
+    accumulated.fit(x, y, batch_size=4 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    result["accumulate_reference"] = weights(accumulated)
 else:
-    model.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
     options = {"backend": "mirrored", "devices": ["CPU:0", "CPU:1"]} if mode == "mirrored" else {}
-    trained = kscale.distribute(model, **options)
-    trained.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    inputs = {
+        "numpy": dict(x=x, y=y, batch_size=BATCH),
+        "dataset": dict(x=tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)),
+        "sequence": dict(x=Batches(x, y, BATCH)),
+        # 65 samples / 17 batches: cannot split evenly; every worker must still run the same steps.
+        "uneven_numpy": dict(x=np.concatenate([x, x[:1]]), y=np.concatenate([y, y[:1]]), batch_size=BATCH),
+        "uneven_dataset": dict(
+            x=tf.data.Dataset.from_tensor_slices(
+                (np.concatenate([x, x[:4]]), np.concatenate([y, y[:4]]))
+            ).batch(BATCH)
+        ),
+    }
+    extra = {}
+    if mode == "horovod":
+        extra["fp16_accumulate"] = dict(x=x, y=y, batch_size=BATCH)
+    for name, fit_args in {**inputs, **extra}.items():
+        net = build(seed=1 if rank == 0 else 99)
+        net.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
+        more = dict(compression="fp16", backward_passes_per_step=2) if name == "fp16_accumulate" else {}
+        trained = kscale.distribute(net, **options, **more)
+        history = trained.fit(**fit_args, epochs=EPOCHS, shuffle=False, verbose=0)
+        result[name] = {
+            "final": weights(trained),
+            "iterations": int(trained.optimizer.iterations.numpy()),
+            "loss": float(history.history["loss"][-1]),
+            "plan": trained.kscale_plan.describe(),
+        }
+    result.update(final=result["numpy"]["final"], iterations=result["numpy"]["iterations"])
+    result["replicas"] = kscale.num_replicas()
 
-result = {
-    "rank": rank,
-    "replicas": kscale.num_replicas(),
-    "initial": initial,
-    "final": [w.tolist() for w in trained.get_weights()],
-    "iterations": int(trained.optimizer.iterations.numpy()),
-}
 with open(f"{out}.{rank}.json", "w") as f:
     json.dump(result, f)
