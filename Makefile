@@ -33,6 +33,8 @@ $(HOROVOD_STAMP): $(DEPS_STAMP)
 	touch $@
 
 test: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
 
 test-fast: venv
