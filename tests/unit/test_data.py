@@ -1,0 +1,219 @@
+"""kscale.data: every worker gets an equal, disjoint part, and together they see one global batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras.src.engine import data_adapter
+
+from kscale.data import (
+    Shard,
+    ShardedSequence,
+    arrays_to_dataset,
+    dataset_batches,
+    is_array_data,
+    num_samples,
+    require_samples,
+    sequence_to_dataset,
+    shard_arrays,
+    shard_dataset,
+    split_validation,
+)
+from kscale.errors import DataError
+
+
+class Batches(tf.keras.utils.Sequence):
+    """`count` batches; batch i is (x filled with i, y filled with -i)."""
+
+    def __init__(self, count: int, batch: int = 2, as_list: bool = False):
+        super().__init__()
+        self.count, self.batch, self.as_list = count, batch, as_list
+        self.epochs_ended = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int):
+        item = (np.full((self.batch, 3), i, "float32"), np.full((self.batch, 1), -i, "float32"))
+        return list(item) if self.as_list else item
+
+    def on_epoch_end(self) -> None:
+        self.epochs_ended += 1
+
+
+def first_values(dataset: tf.data.Dataset) -> list[list[int]]:
+    return [batch.numpy().tolist() for batch in dataset]
+
+
+# -- arrays ----------------------------------------------------------------------------------------------
+def test_shard_arrays_is_strided_equal_and_drops_the_remainder():
+    x = np.arange(10)
+    parts = [shard_arrays(x, Shard(r, 3)).tolist() for r in range(3)]
+    assert parts == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # sample 9 is the one remainder
+    assert len({len(p) for p in parts}) == 1
+
+
+def test_shard_arrays_cuts_every_array_of_a_structure_alike():
+    x = {"a": np.arange(7), "b": np.arange(7) * 10}
+    y = np.arange(7) * 100
+    (xs, ys) = shard_arrays((x, y), Shard(1, 2))
+    assert xs["a"].tolist() == [1, 3, 5]
+    assert xs["b"].tolist() == [10, 30, 50]
+    assert ys.tolist() == [100, 300, 500]
+
+
+def test_one_shard_and_none_are_returned_unchanged():
+    x = np.arange(5)
+    assert shard_arrays(x, Shard(0, 1)) is x
+    assert shard_arrays(None, Shard(1, 2)) is None
+
+
+@pytest.mark.parametrize(("workers", "batch", "total"), [(2, 3, 24), (2, 4, 19), (3, 2, 20), (4, 1, 9)])
+def test_shards_together_see_the_single_process_global_batch_at_every_step(workers, batch, total):
+    # One process with batch N·b takes samples [N·b·k, N·b·(k+1)) at step k (no shuffle); the N shards,
+    # each with batch b, must together take exactly those samples at the same step.
+    samples = np.arange(total)
+    shards = [shard_arrays(samples, Shard(r, workers)) for r in range(workers)]
+    steps = len(shards[0]) // batch
+    assert steps >= 1
+    for k in range(steps):
+        step_union = set()
+        for shard in shards:
+            step_union |= set(shard[batch * k : batch * (k + 1)].tolist())
+        global_batch = workers * batch
+        assert step_union == set(range(global_batch * k, global_batch * (k + 1)))
+
+
+def test_two_workers_step_k_of_shard_r_lies_in_its_global_batch():
+    b = 4
+    samples = np.arange(64)
+    for r in range(2):
+        shard = shard_arrays(samples, Shard(r, 2))
+        for k in range(len(shard) // b):
+            step = shard[b * k : b * (k + 1)]
+            assert set(step.tolist()) <= set(range(2 * b * k, 2 * b * k + 2 * b))
+
+
+def test_num_samples_requires_one_first_dimension():
+    assert num_samples(np.zeros((5, 2)), {"a": np.zeros(5)}, None) == 5
+    with pytest.raises(DataError, match=r"different numbers of samples \[4, 5\]"):
+        num_samples(np.zeros((5, 2)), np.zeros(4))
+
+
+def test_require_samples_needs_one_per_worker():
+    require_samples(2, Shard(0, 2), batch_size=8)
+    with pytest.raises(DataError) as err:
+        require_samples(1, Shard(0, 2), batch_size=8, what="validation data")
+    message = str(err.value)
+    assert "validation data has 1 sample(s), fewer than the 2 workers" in message
+    assert "at least 2 samples (ideally 16" in message
+
+
+def test_is_array_data():
+    assert is_array_data(np.zeros(3))
+    assert is_array_data({"a": np.zeros(3), "b": tf.zeros(3)})
+    assert is_array_data((np.zeros(3), [np.zeros(3)]))
+    assert not is_array_data([1, 2, 3])
+    assert not is_array_data(tf.data.Dataset.range(3))
+    assert not is_array_data(i for i in range(3))
+    assert not is_array_data(None)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.2, 0.25, 0.3, 1 / 3, 0.5, 0.7])
+@pytest.mark.parametrize("total", [7, 10, 33, 100])
+def test_split_validation_matches_keras(fraction, total):
+    x = np.arange(total * 2).reshape(total, 2)
+    y = np.arange(total)
+    (tx, ty, tw), (vx, vy, vw) = split_validation((x, y, None), fraction)
+    (kx, ky), (kvx, kvy) = data_adapter.train_validation_split((x, y), fraction)
+    np.testing.assert_array_equal(tx, kx)
+    np.testing.assert_array_equal(ty, ky)
+    np.testing.assert_array_equal(vx, kvx)
+    np.testing.assert_array_equal(vy, kvy)
+    assert tw is None and vw is None
+    assert vy[-1] == total - 1  # the last fraction, not shuffled
+
+
+# -- datasets --------------------------------------------------------------------------------------------
+def test_shard_dataset_gives_equal_batch_counts():
+    dataset = tf.data.Dataset.range(12).batch(2)  # 6 batches
+    shards = [shard_dataset(dataset, Shard(r, 3)) for r in range(3)]
+    assert [dataset_batches(s) for s in shards] == [2, 2, 2]
+    assert first_values(shards[1]) == [[2, 3], [8, 9]]
+
+
+def test_shard_dataset_truncates_uneven_batch_counts():
+    dataset = tf.data.Dataset.range(10).batch(2)  # 5 batches over 2 workers: the 5th is dropped
+    shards = [shard_dataset(dataset, Shard(r, 2)) for r in range(2)]
+    assert first_values(shards[0]) == [[0, 1], [4, 5]]
+    assert first_values(shards[1]) == [[2, 3], [6, 7]]
+    assert [dataset_batches(s) for s in shards] == [2, 2]
+
+
+def test_shard_dataset_with_fewer_batches_than_workers():
+    dataset = tf.data.Dataset.range(3).batch(2)
+    with pytest.raises(DataError) as err:
+        shard_dataset(dataset, Shard(0, 3), what="validation dataset")
+    assert "validation dataset has 2 batch(es), fewer than the 3 workers" in str(err.value)
+    assert "at least 3 batches" in str(err.value)
+
+
+def test_shard_dataset_of_unknown_length_is_strided_without_cutting():
+    dataset = tf.data.Dataset.range(10).filter(lambda v: v < 5)
+    assert dataset_batches(dataset) is None
+    assert [int(v) for v in shard_dataset(dataset, Shard(1, 2))] == [1, 3]
+
+
+def test_one_dataset_shard_is_the_dataset_itself():
+    dataset = tf.data.Dataset.range(4)
+    assert shard_dataset(dataset, Shard()) is dataset
+
+
+def test_dataset_batches():
+    assert dataset_batches(tf.data.Dataset.range(5).batch(2)) == 3
+    assert dataset_batches(tf.data.Dataset.range(5).repeat()) == -1
+    assert dataset_batches(tf.data.Dataset.range(5).filter(lambda v: v > 1)) is None
+
+
+def test_arrays_to_dataset_batches_and_keeps_all_samples():
+    x, y = np.arange(10, dtype="float32")[:, None], np.arange(10, dtype="float32")
+    batches = list(arrays_to_dataset((x, y, None), batch_size=4, shuffle=False))
+    assert [len(b[0]) for b in batches] == [4, 4, 2]
+    shuffled = list(arrays_to_dataset((x, y, None), batch_size=4, shuffle=True))
+    xs = np.concatenate([b[0].numpy()[:, 0] for b in shuffled])
+    ys = np.concatenate([b[1].numpy() for b in shuffled])
+    assert sorted(xs.tolist()) == list(range(10))
+    np.testing.assert_array_equal(xs, ys)  # x and y are shuffled together
+
+
+# -- Sequences -------------------------------------------------------------------------------------------
+def test_sharded_sequence_lengths_and_items():
+    sequence = Batches(5)
+    shards = [ShardedSequence(sequence, Shard(r, 2)) for r in range(2)]
+    assert [len(s) for s in shards] == [2, 2]
+    assert [int(shards[0][i][0][0, 0]) for i in range(2)] == [0, 2]
+    assert [int(shards[1][i][0][0, 0]) for i in range(2)] == [1, 3]
+    with pytest.raises(IndexError):
+        shards[1][2]
+    shards[0].on_epoch_end()
+    assert sequence.epochs_ended == 1
+
+
+def test_sharded_sequence_with_fewer_batches_than_workers():
+    with pytest.raises(DataError, match=r"the Sequence has 1 batch\(es\), fewer than the 2 workers"):
+        ShardedSequence(Batches(1), Shard(0, 2))
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_sequence_to_dataset_round_trip(as_list):
+    sequence = Batches(3, as_list=as_list)
+    dataset = sequence_to_dataset(sequence)
+    assert dataset_batches(dataset) == 3
+    items = list(dataset)
+    assert len(items) == 3
+    for i, (x, y) in enumerate(items):
+        expected_x, expected_y = sequence[i]
+        np.testing.assert_array_equal(x.numpy(), expected_x)
+        np.testing.assert_array_equal(y.numpy(), expected_y)
+    assert sequence.epochs_ended == 1  # one pass ends one epoch

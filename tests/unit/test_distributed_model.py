@@ -1,0 +1,275 @@
+"""`kscale.distribute` on one process: the model stays the user's, fit is Keras' fit, the plan is printed once."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kscale
+from kscale import learning_rate as lr_lib
+from kscale.plan import Plan
+
+from .conftest import regression_data, tiny_model
+
+pytestmark = pytest.mark.usefixtures("single_process")
+
+
+@pytest.fixture
+def kscale_log_to_capsys(monkeypatch):
+    """kscale's logger binds sys.stdout when it first prints; give it a fresh handler under capsys."""
+    monkeypatch.setattr(logging.getLogger("kscale"), "handlers", [])
+
+
+def keras_twin(model: tf.keras.Model) -> tf.keras.Model:
+    """A plain Keras copy of `model`: same weights, same optimizer settings, same compile arguments."""
+    twin = tf.keras.models.clone_model(model)
+    twin.set_weights(model.get_weights())
+    twin.compile(optimizer=model.optimizer.__class__.from_config(model.optimizer.get_config()), loss="mse")
+    return twin
+
+
+def assert_same_weights(a, b, **tolerance) -> None:
+    for left, right in zip(a.get_weights(), b.get_weights(), strict=True):
+        np.testing.assert_allclose(left, right, **tolerance)
+
+
+# -- distribute() leaves the model alone -----------------------------------------------------------------
+def test_single_backend_keeps_the_users_optimizer_and_weights():
+    model = tiny_model(lr=0.05)
+    optimizer, weights = model.optimizer, model.get_weights()
+    distributed = kscale.distribute(model)
+    assert distributed.model is model
+    assert distributed.optimizer is optimizer
+    assert float(optimizer.learning_rate.numpy()) == pytest.approx(0.05)
+    for before, after in zip(weights, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_the_plan_is_kept_on_the_model():
+    distributed = kscale.distribute(tiny_model(lr=0.05))
+    plan = distributed.kscale_plan
+    assert isinstance(plan, Plan)
+    assert (plan.backend, plan.num_workers, plan.num_replicas) == ("single", 1, 1)
+    assert plan.learning_rate_before == pytest.approx(0.05)
+    assert plan.learning_rate_after == plan.learning_rate_before
+    assert plan.lr_factor == 1.0
+
+
+def test_fit_prints_the_plan_once_and_trains(capsys, kscale_log_to_capsys):
+    distributed = kscale.distribute(tiny_model(lr=0.05))
+    x, y = regression_data(32)
+    first = distributed.fit(x, y, batch_size=8, epochs=5, verbose=0)
+    second = distributed.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    out = capsys.readouterr().out
+    assert out.count("kscale plan") == 1
+    assert "backend          single" in out
+    assert "per replica 8, global 8" in out
+    assert "steps per epoch  (from the data) -> 4" in out
+    losses = first.history["loss"]
+    assert len(losses) == 5 and losses[-1] < losses[0] / 2
+    assert second.history["loss"][0] < losses[0]
+
+
+def test_print_plan_false_prints_nothing(capsys, kscale_log_to_capsys):
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    distributed.fit(*regression_data(8), batch_size=4, verbose=0)
+    assert "kscale plan" not in capsys.readouterr().out
+
+
+def test_fit_in_one_process_is_keras_fit():
+    model = tiny_model(lr=0.05)
+    twin = keras_twin(model)
+    x, y = regression_data(24)
+    ours = kscale.distribute(model, print_plan=False).fit(
+        x, y, batch_size=5, epochs=3, shuffle=False, verbose=0
+    )
+    theirs = twin.fit(x, y, batch_size=5, epochs=3, shuffle=False, verbose=0)
+    np.testing.assert_allclose(ours.history["loss"], theirs.history["loss"], rtol=1e-5)
+    assert_same_weights(model, twin, rtol=1e-5)
+
+
+def test_fit_records_batch_epochs_and_steps_in_the_plan():
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    distributed.fit(*regression_data(10), batch_size=4, epochs=2, verbose=0)
+    plan = distributed.kscale_plan
+    assert (plan.per_replica_batch, plan.global_batch) == (4, 4)
+    assert (plan.epochs_before, plan.epochs_after) == (2, 2)
+    assert (plan.steps_per_epoch_before, plan.steps_per_epoch_after) == (None, math.ceil(10 / 4))
+
+
+def test_fit_on_a_dataset_and_a_sequence():
+    from .test_data import Batches
+
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    dataset = tf.data.Dataset.from_tensor_slices(regression_data(12)).batch(4)
+    assert len(distributed.fit(dataset, epochs=2, verbose=0).history["loss"]) == 2
+    assert distributed.kscale_plan.steps_per_epoch_after == 3
+    distributed.fit(Batches(5), verbose=0)
+    assert distributed.kscale_plan.steps_per_epoch_after == 5
+
+
+# -- fit arguments that must mean what they mean in Keras ------------------------------------------------
+def test_validation_data_arrays_are_used_with_their_targets():
+    model = tiny_model(lr=0.05)
+    twin = keras_twin(model)
+    x, y = regression_data(16)
+    vx, vy = regression_data(8, seed=1)
+    ours = kscale.distribute(model, print_plan=False).fit(
+        x, y, batch_size=4, validation_data=(vx, vy), shuffle=False, verbose=0
+    )
+    theirs = twin.fit(x, y, batch_size=4, validation_data=(vx, vy), shuffle=False, verbose=0)
+    assert ours.history["val_loss"] == pytest.approx(theirs.history["val_loss"], rel=1e-5)
+
+
+def test_validation_split_holds_out_the_last_fraction_like_keras():
+    model = tiny_model(lr=0.05)
+    twin = keras_twin(model)
+    x, y = regression_data(20)
+    ours = kscale.distribute(model, print_plan=False).fit(
+        x, y, batch_size=4, validation_split=0.25, shuffle=False, verbose=0
+    )
+    theirs = twin.fit(x, y, batch_size=4, validation_split=0.25, shuffle=False, verbose=0)
+    assert ours.history["loss"] == pytest.approx(theirs.history["loss"], rel=1e-5)
+    assert ours.history["val_loss"] == pytest.approx(theirs.history["val_loss"], rel=1e-5)
+
+
+def test_initial_epoch_counts_like_keras():
+    # Keras: fit(epochs=3, initial_epoch=1) resumes and runs epochs 1 and 2 (epochs is the last index).
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    history = distributed.fit(*regression_data(8), batch_size=4, epochs=3, initial_epoch=1, verbose=0)
+    assert history.epoch == [1, 2]
+
+
+def test_numpy_integer_batch_size_is_accepted_like_keras():
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    history = distributed.fit(*regression_data(8), batch_size=np.int64(4), verbose=0)
+    assert distributed.kscale_plan.per_replica_batch == 4
+    assert len(history.history["loss"]) == 1
+
+
+def test_evaluate_gives_keras_numbers():
+    model = tiny_model(metrics=["mae"])
+    distributed = kscale.distribute(model, print_plan=False)
+    x, y = regression_data(12)
+    expected = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
+    assert distributed.evaluate(x, y, batch_size=4, verbose=0, return_dict=True) == pytest.approx(expected)
+    loss, mae = distributed.evaluate(x, y, batch_size=4, verbose=0)
+    assert (loss, mae) == pytest.approx((expected["loss"], expected["mae"]))
+
+    loss_only = kscale.distribute(tiny_model(seed=3), print_plan=False)
+    assert isinstance(loss_only.evaluate(x, y, verbose=0), float)
+
+
+def test_mirrored_on_one_cpu_trains_like_keras():
+    model = tiny_model(lr=0.05)
+    twin = keras_twin(model)
+    x, y = regression_data(16)
+    vx, vy = regression_data(8, seed=1)
+    distributed = kscale.distribute(model, backend="mirrored", devices=["CPU:0"], print_plan=False)
+    assert distributed.model is not model  # rebuilt inside the strategy's scope
+    assert distributed.kscale_plan.devices == ("/job:localhost/replica:0/task:0/device:CPU:0",)
+    ours = distributed.fit(x, y, batch_size=4, epochs=2, validation_data=(vx, vy), shuffle=False, verbose=0)
+    theirs = twin.fit(x, y, batch_size=4, epochs=2, validation_data=(vx, vy), shuffle=False, verbose=0)
+    assert ours.history["loss"] == pytest.approx(theirs.history["loss"], rel=1e-5)
+    assert ours.history["val_loss"] == pytest.approx(theirs.history["val_loss"], rel=1e-5)
+    assert distributed.kscale_plan.steps_per_epoch_after == 4
+    assert distributed.evaluate(vx, vy, batch_size=4, verbose=0) == pytest.approx(
+        twin.evaluate(vx, vy, batch_size=4, verbose=0), rel=1e-5
+    )
+
+
+def test_copying_the_wrapper_copies_a_wrapper_of_the_same_model():
+    # copy.copy probes the new, empty instance for __setstate__; __getattr__ must not recurse into
+    # self.model before `model` is set (today: RecursionError).
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    clone = copy.copy(distributed)
+    assert isinstance(clone, kscale.DistributedModel)
+    assert clone.model is distributed.model and clone.backend is distributed.backend
+
+
+# -- behaving like the wrapped model ---------------------------------------------------------------------
+def test_attributes_and_methods_are_the_models(capsys):
+    model = tiny_model()
+    distributed = kscale.distribute(model, print_plan=False)
+    assert distributed.name == model.name
+    assert distributed.layers == model.layers
+    assert distributed.input_shape == (None, 3)
+    distributed.summary()
+    assert model.name in capsys.readouterr().out
+    for mine, theirs in zip(distributed.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    x = regression_data(6)[0]
+    np.testing.assert_allclose(distributed.predict(x, verbose=0), model.predict(x, verbose=0))
+    np.testing.assert_allclose(distributed(x).numpy(), model(x).numpy())
+    assert "single" in repr(distributed) and model.name in repr(distributed)
+    assert distributed.is_chief
+
+
+def test_setting_an_attribute_reaches_the_model():
+    model = tiny_model()
+    distributed = kscale.distribute(model, print_plan=False)
+    distributed.trainable = False
+    assert model.trainable is False
+    assert model.trainable_weights == []
+    distributed.my_note = "kept"
+    assert model.my_note == "kept"
+    assert "my_note" not in vars(distributed)
+
+
+def test_kscale_attributes_stay_on_the_wrapper():
+    model = tiny_model()
+    distributed = kscale.distribute(model, print_plan=False)
+    plan = distributed.kscale_plan.with_fit(per_replica_batch=3)
+    distributed.kscale_plan = plan
+    assert distributed.kscale_plan is plan
+    assert not hasattr(model, "kscale_plan")
+
+
+def test_save_and_save_weights_write_atomically_on_the_chief(tmp_path):
+    model = tiny_model()
+    distributed = kscale.distribute(model, print_plan=False)
+    distributed.save(str(tmp_path / "model.keras"))
+    distributed.save_weights(str(tmp_path / "weights.h5"))
+    assert sorted(os.listdir(tmp_path)) == ["model.keras", "weights.h5"]  # no temporary folders left
+    loaded = tf.keras.models.load_model(tmp_path / "model.keras")
+    assert_same_weights(loaded, model)
+
+
+# -- two workers (a stub backend): what each worker trains on --------------------------------------------
+def test_each_worker_trains_on_its_own_shard(distribute_as_worker):
+    x, y = regression_data(21)
+    model = tiny_model(lr=0.05)
+    distributed = distribute_as_worker(model, worker_index=1)
+    distributed.fit(x, y, batch_size=4, shuffle=False, verbose=0)
+    plan = distributed.kscale_plan
+    assert plan.steps_per_epoch_after == math.ceil(10 / 4)  # 21 samples: 10 each, 1 unused
+    assert plan.notes == ("1 trailing sample(s) of 21 unused so workers stay even",)
+    assert plan.global_batch == 8
+
+
+def test_two_workers_scale_the_learning_rate_on_a_new_optimizer(distribute_as_worker):
+    model = tiny_model(lr=0.05)
+    users = model.optimizer
+    distributed = distribute_as_worker(model)
+    assert distributed.optimizer is not users
+    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.1)
+    assert float(users.learning_rate.numpy()) == pytest.approx(0.05)
+    assert distributed.kscale_plan.learning_rate_after == pytest.approx(0.1)
+
+
+def test_warmup_is_set_from_the_steps_per_epoch(distribute_as_worker):
+    distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
+    lr = distributed._learning_rate
+    assert isinstance(lr, lr_lib.ScaledLearningRate)
+    x, y = regression_data(16)  # 8 per worker, batches of 2: 4 steps per epoch
+    distributed.fit(x, y, batch_size=2, verbose=0)
+    assert int(lr.warmup_steps.numpy()) == 8
+    assert distributed.kscale_plan.warmup_epochs == 2.0
+    assert float(lr(0)) == pytest.approx(0.05)
+    assert float(lr(8)) == pytest.approx(0.1)

@@ -1,0 +1,110 @@
+"""`import kscale` is light: horovod is imported only by the horovod backend, with a clear error if missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import kscale
+from kscale import _optional, backends
+from kscale.errors import KScaleError, MissingDependencyError
+
+from .conftest import LAUNCHER_PREFIXES, tiny_model
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
+    clean.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=clean, timeout=110
+    )
+
+
+@pytest.mark.timeout(120)
+def test_import_kscale_loads_no_horovod_and_no_estimator():
+    proc = run_python(
+        """
+        import sys
+        import kscale
+        loaded = [m for m in ("horovod", "tensorflow_estimator") if m in sys.modules]
+        assert not loaded, loaded
+        print("rank", kscale.rank(), "size", kscale.size())
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 size 1" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_import_under_horovodrun_variables_still_loads_no_horovod():
+    proc = run_python(
+        """
+        import sys
+        import kscale
+        assert "horovod" not in sys.modules, "horovod imported at import kscale"
+        print("rank", kscale.rank(), "size", kscale.size(), "local", kscale.local_rank())
+        """,
+        HOROVOD_RANK="1",
+        HOROVOD_SIZE="2",
+        HOROVOD_LOCAL_RANK="1",
+        HOROVOD_LOCAL_SIZE="2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 1 size 2 local 1" in proc.stdout
+
+
+@pytest.fixture
+def no_horovod(monkeypatch):
+    """Make every horovod module unimportable in this process (restored afterwards)."""
+    for name in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    for name in ("horovod", "horovod.tensorflow", "horovod.tensorflow.keras"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.usefixtures("clean_launcher_env", "no_horovod")
+def test_horovod_backend_without_horovod_names_the_install_command():
+    with pytest.raises(MissingDependencyError) as err:
+        kscale.distribute(tiny_model(), backend="horovod")
+    message = str(err.value)
+    assert "the horovod backend needs horovod, which is not importable here" in message
+    assert _optional.HOROVOD_INSTALL in message
+    assert isinstance(err.value, ImportError) and isinstance(err.value, KScaleError)
+    assert backends._current is None  # a failed setup leaves no half-made backend behind
+
+
+def test_require_names_the_feature_and_the_install_command(monkeypatch):
+    def refuse(name):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(_optional.importlib, "import_module", refuse)
+    with pytest.raises(MissingDependencyError) as err:
+        _optional.require("somepkg.sub", "pip install somepkg", "the thing")
+    assert str(err.value).startswith("the thing needs somepkg, which is not importable here")
+    assert str(err.value).endswith("Install it: pip install somepkg")
+
+
+def test_public_api():
+    for name in kscale.__all__:
+        assert hasattr(kscale, name), name
+    assert issubclass(kscale.OptionError, kscale.KScaleError)
+    assert issubclass(kscale.DataError, ValueError)
+
+
+@pytest.mark.usefixtures("clean_launcher_env")
+def test_rank_helpers_follow_the_environment(monkeypatch):
+    from kscale import environment
+
+    assert (kscale.rank(), kscale.size(), kscale.local_rank(), kscale.num_replicas()) == (0, 1, 0, 1)
+    assert kscale.is_chief()
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+    environment.reset()
+    assert (kscale.rank(), kscale.size(), kscale.local_rank(), kscale.num_replicas()) == (2, 4, 0, 4)
+    assert not kscale.is_chief()
