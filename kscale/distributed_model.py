@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 import tensorflow as tf
@@ -167,6 +168,8 @@ class DistributedModel:
 
     # -- behaving like the model ---------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
+        if name in self._OWN:  # not set yet (copy, unpickling): never recurse into self.model
+            raise AttributeError(name)
         return getattr(self.model, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -239,14 +242,18 @@ class DistributedModel:
         if feed.batch_size is not None:
             fit_kwargs["batch_size"] = feed.batch_size
         if val_feed is not None:
-            fit_kwargs["validation_data"] = val_feed.data
+            fit_kwargs["validation_data"] = (
+                val_feed.data
+                if val_feed.y is None and val_feed.sample_weight is None
+                else tuple(v for v in (val_feed.data, val_feed.y, val_feed.sample_weight) if v is not None)
+            )
             fit_kwargs["validation_steps"] = val_feed.steps
             if val_feed.batch_size is not None:
                 fit_kwargs["validation_batch_size"] = val_feed.batch_size
         return self.model.fit(
             feed.data,
             feed.y,
-            epochs=initial_epoch + epochs_after if initial_epoch else epochs_after,
+            epochs=epochs_after,
             verbose=verbose if self.is_chief else 0,
             callbacks=self._callbacks(callbacks),
             validation_split=validation_split,
@@ -327,7 +334,9 @@ class DistributedModel:
     def _per_replica_batch(self, batch_size: int | None) -> int:
         if batch_size is None:
             return _KERAS_DEFAULT_BATCH
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool):
+            batch_size = int(batch_size)  # numpy integers, as Keras accepts them
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise OptionError(f"batch_size={batch_size!r} must be a positive integer.")
         if self.options.batch_semantics is BatchSemantics.PER_REPLICA:
             return batch_size

@@ -161,10 +161,21 @@ class TFConfigDetector(_Detector):
                 f"TF_CONFIG is not valid JSON ({err}). Expected e.g. "
                 '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
             ) from None
+        if not isinstance(config, dict) or not isinstance(config.get("task") or {}, dict):
+            raise EnvironmentDetectionError(
+                f"TF_CONFIG must be a JSON object with 'cluster' and 'task', got {raw!r}. Expected e.g. "
+                '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}'
+            )
         cluster = config.get("cluster") or {}
         task = config.get("task") or {}
         task_type = task.get("type", "worker")
-        task_index = int(task.get("index", 0))
+        try:
+            task_index = int(task.get("index", 0))
+        except (TypeError, ValueError):
+            raise EnvironmentDetectionError(
+                f"TF_CONFIG task.index={task.get('index')!r} is not an integer; give this worker's position "
+                "in cluster.worker (0, 1, ...)."
+            ) from None
         # Chief first, then workers: the same global order MultiWorkerMirroredStrategy uses.
         ordered = [("chief", i) for i in range(len(cluster.get("chief", [])))]
         ordered += [("worker", i) for i in range(len(cluster.get("worker", [])))]
@@ -225,13 +236,19 @@ def _slurm_tasks_on_this_node(env: Mapping[str, str], default: int) -> int:
     if not spec or node_id is None:
         return default
     counts: list[int] = []
-    for part in spec.split(","):
-        if "(x" in part:
-            value, repeat = part.rstrip(")").split("(x")
-            counts += [int(value)] * int(repeat)
-        else:
-            counts.append(int(part))
-    index = int(node_id)
+    try:
+        for part in spec.split(","):
+            if "(x" in part:
+                value, repeat = part.rstrip(")").split("(x")
+                counts += [int(value)] * int(repeat)
+            else:
+                counts.append(int(part))
+    except ValueError:
+        raise EnvironmentDetectionError(
+            f"SLURM_TASKS_PER_NODE={spec!r} is not in SLURM's form, e.g. '2(x3),1' (2 tasks on each of 3 "
+            "nodes, then 1). Start the job with srun, or unset the variable."
+        ) from None
+    index = _int(env, "SLURM_NODEID")
     return counts[index] if index < len(counts) else default
 
 
@@ -267,8 +284,3 @@ def current() -> Environment:
 def reset() -> None:
     """Forget the cached environment (tests, and launchers that change the variables)."""
     current.cache_clear()
-
-
-def logical_cpu_devices() -> int:
-    """How many logical CPU devices to split the CPU into (`KSCALE_CPU_DEVICES`), for mirrored tests on CPU."""
-    return int(os.environ.get("KSCALE_CPU_DEVICES", "0") or 0)
