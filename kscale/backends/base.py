@@ -88,3 +88,15 @@ class Backend(abc.ABC):
     def strategy(self) -> tf.distribute.Strategy | None:
         """The tf.distribute strategy, for backends that use one."""
         return None
+
+
+class OneProcess:
+    """Mixin for backends that run in a single process, whatever the launcher's environment says."""
+
+    @property
+    def num_workers(self) -> int:
+        return 1
+
+    @property
+    def worker_index(self) -> int:
+        return 0

@@ -5,23 +5,16 @@ from __future__ import annotations
 import tensorflow as tf
 
 from kscale.backends._strategy import StrategyBackend
+from kscale.backends.base import OneProcess
 from kscale.environment import Environment, Launcher
 
 
-class MirroredBackend(StrategyBackend):
+class MirroredBackend(OneProcess, StrategyBackend):
     name = "mirrored"
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
         return env.launcher is Launcher.NONE and len(tf.config.list_physical_devices("GPU")) > 1
-
-    @property
-    def num_workers(self) -> int:
-        return 1
-
-    @property
-    def worker_index(self) -> int:
-        return 0
 
     def make_strategy(self) -> tf.distribute.Strategy:
         return tf.distribute.MirroredStrategy(devices=self.requested_devices)

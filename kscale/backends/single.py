@@ -7,25 +7,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale.backends.base import Backend
+from kscale.backends.base import Backend, OneProcess
 from kscale.environment import Environment
 from kscale.model_rebuild import recompile
 
 
-class SingleBackend(Backend):
+class SingleBackend(OneProcess, Backend):
     name = "single"
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
         return True
-
-    @property
-    def num_workers(self) -> int:
-        return 1
-
-    @property
-    def worker_index(self) -> int:
-        return 0
 
     def prepare_model(
         self, model: tf.keras.Model, make_optimizer: Callable[[], Any], compile_args: dict
