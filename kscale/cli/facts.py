@@ -168,6 +168,8 @@ class Facts:
     #: For a per-node launch whose master address is this host: can the rendezvous port be bound?
     master_port_free: bool | None = None
     master_is_local: bool | None = None
+    #: What the per-node master address resolves to here.
+    master_address: str | None = None
 
     @property
     def local_addresses(self) -> set[str]:
@@ -175,7 +177,10 @@ class Facts:
 
     @property
     def multi_host(self) -> bool:
-        return bool(self.remote_hosts) or self.intent.nnodes > 1
+        """Processes on other machines will connect to this one (a loopback master means one machine)."""
+        if self.remote_hosts:
+            return True
+        return self.intent.nnodes > 1 and not (self.master_address and is_loopback(self.master_address))
 
     def interface_of(self, address: str) -> str | None:
         for name, addrs in self.interfaces.items():
@@ -301,9 +306,10 @@ def gather(intent: Intent, build: BuildInfo | None = None, ssh: bool = True) -> 
         remote.append(host.name)
         routes[host.name] = _route(host.name, addresses, interfaces)
 
-    master_is_local = master_free = None
+    master_is_local = master_free = master_address = None
     if intent.master:
         addresses = resolve_ipv4(intent.master)
+        master_address = addresses[0] if addresses else None
         master_is_local = bool(addresses) and (bool(set(addresses) & local) or is_loopback(addresses[0]))
         if master_is_local:
             if intent.master_port:
@@ -330,6 +336,7 @@ def gather(intent: Intent, build: BuildInfo | None = None, ssh: bool = True) -> 
         ssh=ssh_results,
         master_port_free=master_free,
         master_is_local=master_is_local,
+        master_address=master_address,
     )
 
 

@@ -424,6 +424,7 @@ class NodeAgent:
                         "state": "failed",
                         "code": 1,
                         "node": rank,
+                        "lost": True,
                         "at": time.time(),
                         "reason": f"node {rank} sent no heartbeat for {self.spec.heartbeat_timeout:.0f} s "
                         "(its kscale run was killed or its host is down)",
@@ -499,9 +500,10 @@ class NodeAgent:
             self.changed.wait(POLL_S)
             self.changed.clear()
 
-    def _wait_for_acks(self) -> None:
+    def _wait_for_acks(self, verdict: Mapping[str, Any]) -> None:
+        """Node 0 keeps serving until every node has read the verdict (a lost node never will)."""
         deadline = time.monotonic() + LINGER_S
-        pending = set(range(1, self.spec.nnodes))
+        pending = set(range(1, self.spec.nnodes)) - ({verdict.get("node")} if verdict.get("lost") else set())
         while pending and time.monotonic() < deadline:
             for rank in list(pending):
                 with contextlib.suppress(Unreachable):
@@ -530,7 +532,7 @@ class NodeAgent:
                 with contextlib.suppress(Unreachable):
                     self.client.put(f"status.{spec.node_rank}", {"state": "exited", "seq": -2})
                 if spec.node_rank == 0:
-                    self._wait_for_acks()
+                    self._wait_for_acks(verdict)
             finally:
                 self.stop.set()
                 if self.server is not None:

@@ -260,7 +260,7 @@ def launch_horovodrun(args: argparse.Namespace, build: BuildInfo | None = None) 
     try:
         with _spawn_without_main(), _known_build(build):
             launch._run(args)
-    except RuntimeError as err:
+    except (RuntimeError, ValueError) as err:  # Horovod's way of saying a worker, ssh or a check failed
         message = str(err)
         print(f"kscale run: {message.strip()}", file=sys.stderr)
         if "ssh" in message:
@@ -305,6 +305,8 @@ def run_pernode(
     skip_checks: bool,
     build: BuildInfo | None = None,
 ) -> int:
+    """This node's part of a per-node launch. Horovod's parser still reads the options, so the tuning
+    flags (--fusion-threshold-mb, --timeline-filename, ...) become the same env vars as with horovodrun."""
     from horovod.runner.common.util import config_parser
 
     total = spec.nnodes * spec.nproc_per_node

@@ -102,6 +102,15 @@ def test_hostname_on_loopback_is_fine_on_one_host_and_under_mpi():
     assert not checks.errors(checks.check_hostname(mpi))
 
 
+def test_several_nodes_on_one_machine_need_no_reachable_hostname():
+    intent = Intent(master="127.0.0.1", master_port=29400, nnodes=2, controller="gloo")
+    local = facts(
+        intent=intent, remote_hosts=(), routes={}, master_is_local=True, master_address="127.0.0.1",
+        hostname_addresses=("127.0.0.1",),
+    )  # fmt: skip
+    assert not checks.errors(checks.check_hostname(local))
+
+
 def test_hostname_that_does_not_resolve_or_is_not_ours():
     assert "does not resolve" in only_error(checks.check_hostname(facts(hostname_addresses=()))).message
     stale = only_error(checks.check_hostname(facts(hostname_addresses=("10.99.0.7",))))

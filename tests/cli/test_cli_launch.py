@@ -99,3 +99,50 @@ def test_kscale_test_passes_with_two_processes(tmp_path):
     assert "kscale test: PASS" in out
     digests = {line.rsplit("weights=", 1)[1] for line in out.splitlines() if "selftest PASS" in line}
     assert len(digests) == 1, out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_node_zero_notices_a_node_that_vanishes(small_script):
+    """Two per-node launches on this host; node 1's kscale run is killed -9: node 0 stops the job."""
+    port = free_port()
+    logs = [(small_script / f"node{rank}.log").open("w") for rank in (0, 1)]
+    command = [str(CONSOLE_SCRIPT)] if CONSOLE_SCRIPT.exists() else KSCALE
+    node = [
+        "run",
+        "--no-preflight",
+        "--nnodes",
+        "2",
+        "--master",
+        f"127.0.0.1:{port}",
+        "--heartbeat-timeout",
+        "3",
+    ]
+    script = ["--", sys.executable, "small.py", "none", "600"]
+    procs = [
+        subprocess.Popen(
+            [*command, *node, "--node-rank", str(rank), *script],
+            cwd=small_script,
+            env=clean_env(),
+            stdout=logs[rank],
+            stderr=subprocess.STDOUT,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(f"rank {r} of 2" in (small_script / f"node{r}.log").read_text() for r in (0, 1)):
+            assert time.monotonic() < deadline, "the workers did not start"
+            assert all(p.poll() is None for p in procs), "a node exited early"
+            time.sleep(0.5)
+        procs[1].kill()
+        start = time.monotonic()
+        assert procs[0].wait(timeout=60) == 1
+        assert time.monotonic() - start < 30
+        assert "node 1 sent no heartbeat for 3 s" in (small_script / "node0.log").read_text()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for log in logs:
+            log.close()
