@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 import tensorflow as tf
 
-from kscale import environment
+from kscale import environment, log
+from kscale.errors import OptionError
 from kscale.estimator._deps import horovod, resolve_world_size
-
-log = logging.getLogger(__name__)
 
 
 def broadcast_hook(root_rank: int = 0) -> tf.compat.v1.train.SessionRunHook:
@@ -36,7 +34,7 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
 
     def __init__(self, batch_size: int, every_n_steps: int = 100, world_size: int | None = None) -> None:
         if batch_size < 1 or every_n_steps < 1:
-            raise ValueError(
+            raise OptionError(
                 f"batch_size and every_n_steps must be >= 1, got {batch_size} and {every_n_steps}."
             )
         self.global_batch_size = batch_size * resolve_world_size(world_size)
@@ -77,9 +75,7 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
         if step - self._last_step >= self.every_n_steps:
             rate = (step - self._last_step) * self.global_batch_size / (now - self._last_time)
             self.last_examples_per_sec = rate
-            log.info(
-                "[rank 0] step %d: %.1f examples/sec (global batch %d)", step, rate, self.global_batch_size
-            )
+            log.info(f"step {step}: {rate:.1f} examples/sec (global batch {self.global_batch_size})")
             self._last_step, self._last_time = step, now
 
 

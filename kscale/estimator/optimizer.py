@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
-from kscale import environment
+from kscale import environment, log
 from kscale.errors import KScaleError, OptionError
 from kscale.estimator._deps import horovod
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-log = logging.getLogger(__name__)
 
 #: Gradient compression for the allreduce, by name.
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
@@ -53,8 +50,8 @@ def wrap_optimizer(
     if hvd is None:
         if backward_passes_per_step > 1:
             log.warning(
-                "backward_passes_per_step=%d does nothing in a single process: each batch applies at once.",
-                backward_passes_per_step,
+                f"backward_passes_per_step={backward_passes_per_step} does nothing in a single process: "
+                "each batch is applied at once."
             )
         return optimizer
     return hvd.DistributedOptimizer(

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from kscale import environment
+from kscale import environment, log
 from kscale.estimator._deps import estimator_module
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-log = logging.getLogger(__name__)
 
 #: RunConfig settings that write into model_dir; ranks other than 0 get these values instead of the user's.
 NON_CHIEF_OVERRIDES: dict[str, Any] = {
@@ -45,10 +42,8 @@ def run_config(model_dir: str, **user_kwargs: Any) -> tf.estimator.RunConfig:
         if not env.is_chief:
             kwargs.update(NON_CHIEF_OVERRIDES, model_dir=_private_model_dir(env.rank))
             log.info(
-                "[rank %d] estimator model_dir %s with checkpoints and summaries off; rank 0 writes %s",
-                env.rank,
-                kwargs["model_dir"],
-                model_dir,
+                f"estimator model_dir {kwargs['model_dir']} with checkpoints and summaries off; "
+                f"rank 0 writes {model_dir}"
             )
     return estimator.RunConfig(**kwargs)
 
@@ -64,11 +59,8 @@ def _pinned_session_config(user_config: Any, env: environment.Environment) -> An
     asked = config.gpu_options.visible_device_list
     if asked and asked != gpu:
         log.warning(
-            "[rank %d] session_config asks for GPUs %r; kscale pins local rank %d to GPU %s, one per worker.",
-            env.rank,
-            asked,
-            env.local_rank,
-            gpu,
+            f"session_config asks for GPUs {asked!r}; kscale pins local rank {env.local_rank} to GPU {gpu}, "
+            "one per worker."
         )
     config.gpu_options.visible_device_list = gpu
     config.gpu_options.allow_growth = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -65,3 +66,22 @@ def fake_workers(monkeypatch):
     from kscale import environment
 
     environment.reset()
+
+
+@pytest.fixture
+def kscale_log():
+    """Messages sent to kscale's rank-aware logger during the test (it does not propagate to caplog)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(level=logging.DEBUG)
+    logger = logging.getLogger("kscale")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)  # kscale.log sets INFO only when it adds its own handler
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(level)

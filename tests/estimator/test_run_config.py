@@ -30,7 +30,7 @@ def test_rank_0_of_two_keeps_model_dir_and_pins_gpu_0(tmp_path, fake_workers):
     assert config.session_config.allow_soft_placement  # the Estimator's default session settings are kept
 
 
-def test_rank_1_writes_elsewhere_with_checkpoints_off(tmp_path, fake_workers):
+def test_rank_1_writes_elsewhere_with_checkpoints_off(tmp_path, fake_workers, kscale_log):
     fake_workers(rank=1, size=2)
     user_session = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2, log_device_placement=True)
     config = run_config(
@@ -55,6 +55,7 @@ def test_rank_1_writes_elsewhere_with_checkpoints_off(tmp_path, fake_workers):
         assert session.gpu_options.visible_device_list == "1" and session.gpu_options.allow_growth
         assert user_session.gpu_options.visible_device_list == ""  # the caller's proto is not modified
         assert not (tmp_path / "out").exists()
+        assert any("checkpoints and summaries off" in m for m in kscale_log)
     finally:
         shutil.rmtree(config.model_dir, ignore_errors=True)
 
