@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOROVOD_STAMP := $(VENV)/.horovod-0.28.1
 DEPS_STAMP := $(VENV)/.deps-stamp
 
-.PHONY: venv test test-fast demo bench lint format clean
+.PHONY: venv test test-fast test-multihost demo bench lint format clean
 
 venv: $(HOROVOD_STAMP)
 
@@ -39,6 +39,9 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -m "not multiprocess"
+
+test-multihost: venv
+	$(PY) -m pytest -m netns tests/multihost
 
 demo: venv
 	$(PY) examples/lstm/compare.py --workers 1 2

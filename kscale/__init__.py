@@ -10,13 +10,13 @@ before its first operation). It never imports horovod or tensorflow_estimator.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from kscale import backends as _backends
 from kscale import environment
-from kscale.callbacks import chief_only
-from kscale.distributed_model import DistributedModel, distribute
 from kscale.errors import (
     BackendError,
     DataError,
@@ -27,22 +27,54 @@ from kscale.errors import (
     ModelError,
     OptionError,
 )
-from kscale.plan import Plan
+
+if TYPE_CHECKING:
+    from kscale.callbacks import chief_only
+    from kscale.distributed_model import DistributedModel, distribute
+    from kscale.plan import Plan
+
+# TensorFlow-heavy names load on first use, so `kscale --help` and `kscale env` start fast.
+_LAZY = {
+    "distribute": "kscale.distributed_model",
+    "DistributedModel": "kscale.distributed_model",
+    "chief_only": "kscale.callbacks",
+    "Plan": "kscale.plan",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kscale' has no attribute {name!r}")
+
+
+def _backend():
+    """The process's backend if one was created (distribute/scope), without creating one."""
+    backends = sys.modules.get("kscale.backends")
+    return backends._current if backends is not None else None
 
 
 def scope(backend: str | None = None, devices: list[str] | None = None) -> contextlib.AbstractContextManager:
     """Build models here when they cannot be rebuilt later (subclassed models without get_config)."""
-    return _backends.current(backend, devices=devices).scope()
+    from kscale import backends
+
+    return backends.current(backend, devices=devices).scope()
 
 
 def rank() -> int:
     """This worker's index (0 on the chief), in every mode."""
-    return _backends._current.worker_index if _backends._current else environment.current().rank
+    current = _backend()
+    return current.worker_index if current else environment.current().rank
 
 
 def size() -> int:
     """The number of worker processes, in every mode."""
-    return _backends._current.num_workers if _backends._current else environment.current().world_size
+    current = _backend()
+    return current.num_workers if current else environment.current().world_size
 
 
 def local_rank() -> int:
@@ -52,7 +84,8 @@ def local_rank() -> int:
 
 def num_replicas() -> int:
     """Replicas in sync (processes × devices each): what the learning rate is scaled by."""
-    return _backends._current.num_replicas if _backends._current else environment.current().world_size
+    current = _backend()
+    return current.num_replicas if current else environment.current().world_size
 
 
 def is_chief() -> bool:
@@ -60,7 +93,24 @@ def is_chief() -> bool:
     return rank() == 0
 
 
-_backends.startup()
+def _is_launcher_process() -> bool:
+    """The `kscale` command launches workers and never trains: it must not grab GPUs or join a cluster."""
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    argv = getattr(sys, "orig_argv", [])
+    module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+    return program == "kscale" or module in ("kscale", "kscale.cli") or module.startswith("kscale.cli.")
+
+
+def _startup() -> None:
+    """Pin GPUs / create the multi-worker strategy now, but only when the environment asks for them."""
+    env = environment.current()
+    if env.world_size > 1 and not _is_launcher_process():
+        from kscale import backends
+
+        backends.startup()
+
+
+_startup()
 
 __all__ = [
     "BackendError",
