@@ -60,7 +60,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     import horovod.tensorflow as hvd
-    import horovod.tensorflow.keras as hvd_keras
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -110,9 +109,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = args.steps * args.batch_size
     x = rng.normal(size=(n, 8)).astype("float32")
     y = (x @ np.linspace(-1.0, 1.0, 8, dtype="float32")[:, None] + 0.5).astype("float32")
-    optimizer = hvd_keras.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=0.05))
-    model.compile(optimizer=optimizer, loss="mse")
+    # Through kscale.distribute, as users' scripts do: a fresh, differently seeded model whose weights
+    # distribute() must broadcast, with the data already split by rank (data_policy="none").
+    import kscale
+
+    model = build_model(seed=2000 + rank)
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.05), loss="mse")
+    model = kscale.distribute(model, data_policy="none", print_plan=False)
     start = flat_weights()
+    if spread(gathered(start)) != 0.0:
+        problems.append("kscale.distribute() did not give every rank rank 0's weights")
     history = model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0)
     trained = gathered(flat_weights())
     moved = float(np.max(np.abs(trained[rank] - start)))
