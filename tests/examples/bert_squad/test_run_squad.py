@@ -1,7 +1,7 @@
 """run_squad.py and optimization.py: SQuAD pre- and post-processing, the optimizer, and real runs.
 
 The real runs use `--tiny_config` (a 2-layer, 32-wide random BERT) on the shipped mini SQuAD files, so the
-whole file takes about a minute and a half on two CPU cores. `conftest.py` puts the example folder on
+whole file takes about two minutes on two CPU cores. `conftest.py` puts the example folder on
 sys.path, so its modules import as the scripts import each other.
 """
 
