@@ -4,7 +4,7 @@ The test suite's learning check uses a tiny random BERT (seconds); this is the s
 pre-trained all-MiniLM-L6-v2 converted to a BERT checkpoint, fine-tuned on train-v1.1-mini.json, scored on
 the held-out dev-v1.1-mini.json and on the training questions, with 1 and/or 2 Horovod workers.
 
-    .venv/bin/python benchmarks/bert_squad_finetune.py --workers 1 2
+    .venv/bin/python benchmarks/bert_squad_finetune.py [--workers 1 2] [--epochs 10] [--learning_rate 3e-4]
 
 Takes 3 to 5 minutes per training run on two CPU cores. Prints a Markdown table and writes results.json.
 """
@@ -52,15 +52,16 @@ def scores(output_dir: Path) -> dict[str, float]:
     return json.loads((output_dir / "eval_results.json").read_text())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run the benchmark; `benchmarks/run.py` (make bench) calls `main([])` and stores the returned rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--epochs", type=float, default=10.0)
     parser.add_argument("--learning_rate", type=float, default=3e-4, help="for one worker; scaled linearly")
     parser.add_argument("--batch_size", type=int, default=8, help="per worker")
     parser.add_argument("--max_seq_length", type=int, default=192)
     parser.add_argument("--work_dir", default=None, help="default: a new temporary directory")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bert_squad_bench-"))
     sys.path.insert(0, str(EXAMPLE))
@@ -126,6 +127,7 @@ def main() -> None:
         print(f"| {r['workers']} | {' | '.join(cells)} | {r['train_seconds']} |")
     (work / "results.json").write_text(json.dumps(rows, indent=2))
     print(f"results: {work / 'results.json'}")
+    return rows
 
 
 if __name__ == "__main__":
