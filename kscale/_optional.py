@@ -11,9 +11,10 @@ from kscale.errors import MissingDependencyError
 
 HOROVOD_INSTALL = (
     "make venv (in the kscale repo), or: HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
-    "HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 pip install --no-build-isolation horovod==0.28.1"
+    "HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 pip install --no-build-isolation horovod==0.28.1 "
+    "(the version pip install 'kscale[horovod]' pins, compiled against the installed TensorFlow)"
 )
-ESTIMATOR_INSTALL = "pip install 'kscale[estimator]' (tensorflow-estimator==2.15.0)"
+ESTIMATOR_INSTALL = "pip install tensorflow-estimator==2.15.0 (or pip install 'kscale[estimator]')"
 
 
 @functools.cache

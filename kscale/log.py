@@ -11,12 +11,13 @@ _logger = logging.getLogger("kscale")
 
 
 def _setup() -> None:
+    if _logger.level == logging.NOTSET:
+        _logger.setLevel(logging.INFO)  # also when a user attached their own handler first
     if _logger.handlers:
         return
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     _logger.addHandler(handler)
-    _logger.setLevel(logging.INFO)
     _logger.propagate = False
 
 

@@ -19,12 +19,10 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from kscale import _optional
 from kscale.cli.hosts import Host
 
-HOROVOD_INSTALL = (
-    "make venv (in the kscale repo), or: HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
-    "pip install --no-build-isolation --no-cache-dir horovod==0.28.1"
-)
+HOROVOD_INSTALL = _optional.HOROVOD_INSTALL
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,30 +7,21 @@ installs it.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from types import ModuleType
 
 from kscale import environment
+from kscale._optional import ESTIMATOR_INSTALL, HOROVOD_INSTALL, is_available
 from kscale.errors import KScaleError, MissingDependencyError, OptionError
 
-HOROVOD_INSTALL = (
-    "pip install 'kscale[horovod]' (Horovod compiles against the installed TensorFlow; "
-    "in this repository `make venv` builds it with Gloo)"
-)
-ESTIMATOR_INSTALL = "pip install tensorflow-estimator==2.15.0 (or pip install 'kscale[estimator]')"
 
-
-@functools.cache
 def is_horovod_available() -> bool:
     """Whether the horovod package is installed (it may still lack its TensorFlow extension)."""
-    return importlib.util.find_spec("horovod") is not None
+    return is_available("horovod")
 
 
-@functools.cache
 def is_estimator_available() -> bool:
     """Whether tensorflow-estimator is installed."""
-    return importlib.util.find_spec("tensorflow_estimator") is not None
+    return is_available("tensorflow_estimator")
 
 
 def estimator_module() -> ModuleType:

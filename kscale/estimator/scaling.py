@@ -7,31 +7,21 @@ learning rate. The rule names match `kscale.plan` ("linear", "sqrt", "none").
 
 from __future__ import annotations
 
-import math
-
+from kscale import plan
 from kscale.errors import OptionError
 from kscale.estimator._deps import resolve_world_size
 
-#: Learning-rate scaling rules, by name.
-LR_RULES: tuple[str, ...] = ("linear", "sqrt", "none")
+#: Learning-rate scaling rules, by name: the same as distribute()'s `lr_scaling`.
+LR_RULES: tuple[str, ...] = tuple(rule.value for rule in plan.LRScaling)
 
 
 def lr_scale_factor(rule: str, world_size: int) -> float:
     """How much to multiply the single-process learning rate by for `world_size` workers.
 
     "linear" (Goyal et al. 2017) is what Horovod's examples do, "sqrt" is gentler for adaptive optimizers
-    at large worker counts, "none" keeps the rate.
+    at large worker counts, "none" keeps the rate. The one rule table is `kscale.plan.lr_scale_factor`.
     """
-    size = resolve_world_size(world_size)
-    if rule == "linear":
-        return float(size)
-    if rule == "sqrt":
-        return math.sqrt(size)
-    if rule == "none":
-        return 1.0
-    raise OptionError(
-        f"unknown learning-rate rule {rule!r}; expected one of {', '.join(map(repr, LR_RULES))}."
-    )
+    return plan.lr_scale_factor(rule, resolve_world_size(world_size))
 
 
 def scale_learning_rate(lr: float, rule: str = "linear", world_size: int | None = None) -> float:
