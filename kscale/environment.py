@@ -141,8 +141,10 @@ class MPIDetector(_Detector):
 class TFConfigDetector(_Detector):
     """tf.distribute multi-worker: TF_CONFIG names the cluster and this task.
 
-    Parsing goes through TensorFlow's own `TFConfigClusterResolver`, so kscale agrees with what
-    `MultiWorkerMirroredStrategy` will do with the same variable.
+    Parsed here with json rather than TensorFlow's `TFConfigClusterResolver`, so that detection never
+    imports TensorFlow (the `kscale` command must start fast); ranks follow the resolver's order, chief
+    first and then the workers, as `MultiWorkerMirroredStrategy` numbers them. The strategy itself is
+    built by TensorFlow's resolver (and `SlurmClusterResolver` under srun) in the multi_worker backend.
     """
 
     launcher = Launcher.TF_CONFIG
