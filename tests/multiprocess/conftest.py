@@ -32,7 +32,7 @@ def _check(done: subprocess.CompletedProcess, what: str) -> subprocess.Completed
     return done
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def horovodrun():
     """Run `args` under `horovodrun -np N -H localhost:N --gloo`; output (stdout+stderr) on failure."""
 
@@ -64,7 +64,7 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tf_config_workers():
     """Run `args` as N processes that form one TF_CONFIG multi-worker cluster on localhost."""
 
@@ -98,7 +98,7 @@ def tf_config_workers():
     return launch
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_python():
     """Run a plain single Python process with the repo importable."""
 

@@ -14,23 +14,9 @@ pytestmark = pytest.mark.multiprocess
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    import subprocess
-    import sys
-
-    from conftest import REPO, _check, _worker_env  # the module-scoped twin of run_python
-
+def reference(run_python, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "weights"
-    done = subprocess.run(
-        [sys.executable, WORKER, "reference", str(out)],
-        env=_worker_env(),
-        cwd=REPO,
-        timeout=180,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    _check(done, "reference run")
+    run_python([WORKER, "reference", str(out)], timeout=180)
     return _load(f"{out}.0.json")
 
 
