@@ -137,7 +137,9 @@ def distribute(model: tf.keras.Model, **options: Any) -> DistributedModel:
 
     created: dict[str, Any] = {}
     distributed = backend.prepare_model(model, make_optimizer, compile_args(model), **gradient_options)
-    lr_after = created.get("lr", base_lr)
+    # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
+    # new schedule object, and fit() must set the warmup steps on the one that is actually used.
+    lr_after = learning_rate_of(distributed.optimizer) if created else base_lr
     plan = Plan(
         backend=backend.name,
         num_workers=backend.num_workers,

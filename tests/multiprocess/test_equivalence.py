@@ -9,6 +9,7 @@ import pytest
 
 WORKER = "tests/multiprocess/workers/equivalence.py"
 TOLERANCE = 1e-5
+LR = 0.05  # the worker's single-replica learning rate
 
 pytestmark = pytest.mark.multiprocess
 
@@ -42,6 +43,13 @@ def _assert_matches(result: dict, reference: dict) -> None:
         assert "unused so" in result[data]["plan"], result[data]["plan"]
 
 
+def _assert_warmup_ramps_from_single_to_scaled_rate(result: dict) -> None:
+    """warmup_epochs=1 over 8 steps per epoch: η at step 0, up by η/8 a step, 2η from step 8 on."""
+    rates = result["warmup"]["learning_rates"]
+    expected = [LR * (1 + min(step / 8, 1.0)) for step in range(16)]
+    assert np.allclose(rates, expected, atol=1e-6), rates
+
+
 def _assert_same_on_both_ranks(rank0: dict, rank1: dict) -> None:
     for data in ("numpy", "dataset", "sequence", "uneven_numpy", "uneven_dataset"):
         assert _max_diff(rank0[data]["final"], rank1[data]["final"]) == 0.0, data
@@ -56,6 +64,7 @@ def test_horovod_two_workers_match_one_process_with_double_batch(horovodrun, ref
     assert _max_diff(rank1["initial"], rank0["initial"]) > 0.1
     _assert_same_on_both_ranks(rank0, rank1)
     _assert_matches(rank1, reference)
+    _assert_warmup_ramps_from_single_to_scaled_rate(rank0)
     # fp16 compression with 2 backward passes per allreduce: one averaged update per 2 batches, like
     # one process at batch 4b and lr 2η (to fp16 precision), and the ranks stay in step.
     accumulated = rank0["fp16_accumulate"]["final"]
@@ -67,7 +76,9 @@ def test_horovod_two_workers_match_one_process_with_double_batch(horovodrun, ref
 @pytest.mark.timeout(300)
 def test_mirrored_two_cpu_replicas_match_one_process_with_double_batch(run_python, reference, tmp_path):
     run_python([WORKER, "mirrored", str(tmp_path / "weights")])
-    _assert_matches(_load(f"{tmp_path}/weights.0.json"), reference)
+    result = _load(f"{tmp_path}/weights.0.json")
+    _assert_matches(result, reference)
+    _assert_warmup_ramps_from_single_to_scaled_rate(result)
 
 
 @pytest.mark.timeout(300)
@@ -80,3 +91,4 @@ def test_multi_worker_two_processes_match_one_process_with_double_batch(
     _assert_same_on_both_ranks(rank0, rank1)
     _assert_matches(rank0, reference)
     _assert_matches(rank1, reference)
+    _assert_warmup_ramps_from_single_to_scaled_rate(rank0)

@@ -58,6 +58,17 @@ class Batches(tf.keras.utils.Sequence):
         return self.x[i * self.size : (i + 1) * self.size], self.y[i * self.size : (i + 1) * self.size]
 
 
+class LearningRates(tf.keras.callbacks.Callback):
+    """The learning rate each step applied (Keras updates it when the step applies its gradients)."""
+
+    def __init__(self):
+        super().__init__()
+        self.applied = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.applied.append(float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)))
+
+
 def weights(m) -> list:
     return [w.tolist() for w in m.get_weights()]
 
@@ -86,20 +97,24 @@ else:
             ).batch(BATCH)
         ),
     }
-    extra = {}
+    extra = {"warmup": dict(x=x, y=y, batch_size=BATCH)}
     if mode == "horovod":
         extra["fp16_accumulate"] = dict(x=x, y=y, batch_size=BATCH)
     for name, fit_args in {**inputs, **extra}.items():
         net = build(seed=1 if rank == 0 else 99)
         net.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
         more = dict(compression="fp16", backward_passes_per_step=2) if name == "fp16_accumulate" else {}
+        if name == "warmup":
+            more = dict(warmup_epochs=1)
         trained = kscale.distribute(net, **options, **more)
-        history = trained.fit(**fit_args, epochs=EPOCHS, shuffle=False, verbose=0)
+        rates = LearningRates()
+        history = trained.fit(**fit_args, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[rates])
         result[name] = {
             "final": weights(trained),
             "iterations": int(trained.optimizer.iterations.numpy()),
             "loss": float(history.history["loss"][-1]),
             "plan": trained.kscale_plan.describe(),
+            "learning_rates": rates.applied,
         }
     result.update(final=result["numpy"]["final"], iterations=result["numpy"]["iterations"])
     result["replicas"] = kscale.num_replicas()
