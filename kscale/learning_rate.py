@@ -59,3 +59,8 @@ def describe(lr: LearningRate) -> float | str:
     if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
         return type(lr).__name__
     return float(f"{float(lr):.6g}")  # float32 rates print as 0.05, not 0.05000000074505806
+
+
+# The legacy .h5 format looks custom classes up by their bare class name, not the registered
+# "kscale>ScaledLearningRate": register that too, so h5 checkpoints load after `import kscale.learning_rate`.
+tf.keras.utils.get_custom_objects()["ScaledLearningRate"] = ScaledLearningRate
