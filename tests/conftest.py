@@ -12,7 +12,8 @@ from kscale import environment
 @pytest.fixture(autouse=True)
 def _no_leaked_environment_variables():
     """Fail any test that leaves os.environ different from how it found it (use monkeypatch instead)."""
-    ignored = {"PYTEST_CURRENT_TEST"}  # pytest's own bookkeeping
+    # pytest's own bookkeeping, and what importing TensorFlow sets the first time a test imports it
+    ignored = {"PYTEST_CURRENT_TEST", "TF2_BEHAVIOR", "TPU_ML_PLATFORM"}
     before = {k: v for k, v in os.environ.items() if k not in ignored}
     environment.reset()
     yield

@@ -39,6 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data-policy", default="shard", help="shard | divide_epochs | none")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: TF default)")
     p.add_argument("--checkpoint", help="save a checkpoint here every epoch (rank 0 only, atomically)")
+    p.add_argument("--save", help="save the trained model here at the end (rank 0 only, atomically)")
     p.add_argument("--report", help="write wall time, samples/s and final loss here as JSON (rank 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-kscale", action="store_true", help="plain Keras, no kscale at all")
@@ -114,6 +115,8 @@ def main(argv=None) -> dict:
         "final_loss": float(history.history["loss"][-1]),
         "eval_loss": float(model.evaluate(x, y, batch_size=args.batch_size, verbose=0)[0]),
     }
+    if args.save:
+        model.save(args.save)  # every rank calls it; kscale writes on the chief only
     if chief:
         print("lstm result " + json.dumps(report), flush=True)
         if args.report:

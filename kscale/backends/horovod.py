@@ -58,12 +58,17 @@ class HorovodBackend(Backend):
         hvd = self.hvd
         # Same weights everywhere from this moment on, also for evaluate()/predict() without fit().
         _optional.horovod_tensorflow().broadcast_variables(model.variables, root_rank=0)
+        inner = make_optimizer()
         optimizer = hvd.DistributedOptimizer(
-            make_optimizer(),
+            inner,
             compression=hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=True,
         )
+        # Horovod subclasses the optimizer on the fly and names the class like the original "so that the
+        # saved model could be easily restored without Horovod"; the .keras format also records the
+        # module, which was horovod._keras. Give the class the original's module to finish that intent.
+        type(optimizer).__module__ = type(inner).__module__
         return recompile(model, optimizer, compile_args)
 
     def callbacks(self) -> list[tf.keras.callbacks.Callback]:

@@ -11,6 +11,7 @@ import pytest
 
 TRAIN = "examples/lstm/train.py"
 SMALL = ["--samples", "256", "--epochs", "2", "--timesteps", "12", "--units", "8"]
+RUN = [TRAIN, *SMALL]
 
 pytestmark = pytest.mark.multiprocess
 
@@ -55,8 +56,18 @@ def test_mirrored_two_cpu_replicas(run_python, tmp_path):
 @pytest.mark.timeout(300)
 def test_horovod_rank0_prints_and_checkpoints_and_checkpoint_loads_alone(horovodrun, tmp_path):
     ckpt_dir = tmp_path / "ckpt"
+    save_dir = tmp_path / "saved"
     done = horovodrun(
-        2, [TRAIN, *SMALL, "--checkpoint", str(ckpt_dir / "lstm.h5"), "--report", str(tmp_path / "r.json")]
+        2,
+        [
+            *RUN,
+            "--checkpoint",
+            str(ckpt_dir / "lstm.h5"),
+            "--report",
+            str(tmp_path / "r.json"),
+            "--save",
+            str(save_dir / "final.keras"),
+        ],
     )
     assert _report(tmp_path / "r.json")["replicas"] == 2
     progress = [line for line in done.stdout.splitlines() if re.search(r"loss: \d", line)]
@@ -66,16 +77,30 @@ def test_horovod_rank0_prints_and_checkpoints_and_checkpoint_loads_alone(horovod
     assert len(plan_lines) == 1 and plan_lines[0].startswith("[0]")
     _only_checkpoint(ckpt_dir, "lstm.h5")
     _load_in_plain_process(ckpt_dir / "lstm.h5")
+    _only_checkpoint(save_dir, "final.keras")
+    _load_in_plain_process(save_dir / "final.keras")
 
 
 @pytest.mark.timeout(300)
 def test_multi_worker_tf_config(tf_config_workers, tmp_path):
     ckpt_dir = tmp_path / "ckpt"
+    save_dir = tmp_path / "saved"
     chief, other = tf_config_workers(
-        2, [TRAIN, *SMALL, "--checkpoint", str(ckpt_dir / "lstm.h5"), "--report", str(tmp_path / "r.json")]
+        2,
+        [
+            *RUN,
+            "--checkpoint",
+            str(ckpt_dir / "lstm.h5"),
+            "--report",
+            str(tmp_path / "r.json"),
+            "--save",
+            str(save_dir / "final.keras"),
+        ],
     )
     assert _report(tmp_path / "r.json")["replicas"] == 2
     assert "kscale plan" in chief.stdout and "kscale plan" not in other.stdout
     assert re.search(r"loss: \d", chief.stdout) and not re.search(r"loss: \d", other.stdout)
     _only_checkpoint(ckpt_dir, "lstm.h5")
     _load_in_plain_process(ckpt_dir / "lstm.h5")
+    _only_checkpoint(save_dir, "final.keras")
+    _load_in_plain_process(save_dir / "final.keras")
