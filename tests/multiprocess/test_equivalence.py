@@ -79,6 +79,10 @@ def test_mirrored_two_cpu_replicas_match_one_process_with_double_batch(run_pytho
     result = _load(f"{tmp_path}/weights.0.json")
     _assert_matches(result, reference)
     _assert_warmup_ramps_from_single_to_scaled_rate(result)
+    # A subclassed model without get_config, built inside kscale.scope(): used as is, not rebuilt.
+    scoped = result["scoped_subclassed"]
+    assert scoped["same_object"] and scoped["iterations"] == 16
+    assert _max_diff(scoped["final"], reference["final"]) < TOLERANCE
 
 
 @pytest.mark.timeout(300)

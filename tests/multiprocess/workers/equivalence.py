@@ -58,6 +58,18 @@ class Batches(tf.keras.utils.Sequence):
         return self.x[i * self.size : (i + 1) * self.size], self.y[i * self.size : (i + 1) * self.size]
 
 
+class TwoDense(tf.keras.Model):
+    """A subclassed model without get_config: kscale cannot rebuild it, so it is built in kscale.scope()."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = tf.keras.layers.Dense(8, activation="tanh")
+        self.out = tf.keras.layers.Dense(1)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
 class LearningRates(tf.keras.callbacks.Callback):
     """The learning rate each step applied (Keras updates it when the step applies its gradients)."""
 
@@ -115,6 +127,19 @@ else:
             "loss": float(history.history["loss"][-1]),
             "plan": trained.kscale_plan.describe(),
             "learning_rates": rates.applied,
+        }
+    if mode == "mirrored":
+        with kscale.scope(**options):
+            net = TwoDense()
+            net(np.zeros((1, 5), "float32"))
+        net.set_weights(build(seed=1).get_weights())
+        net.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
+        trained = kscale.distribute(net, **options)
+        trained.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+        result["scoped_subclassed"] = {
+            "final": weights(trained),
+            "iterations": int(trained.optimizer.iterations.numpy()),
+            "same_object": trained.model is net,
         }
     result.update(final=result["numpy"]["final"], iterations=result["numpy"]["iterations"])
     result["replicas"] = kscale.num_replicas()
