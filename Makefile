@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOROVOD_STAMP := $(VENV)/.horovod-0.28.1
 DEPS_STAMP := $(VENV)/.deps-stamp
 
-.PHONY: venv test test-fast test-multihost demo bench lint format clean
+.PHONY: venv sshd test test-fast test-multihost demo bench lint format clean
 
 venv: $(HOROVOD_STAMP)
 
@@ -32,7 +32,19 @@ $(HOROVOD_STAMP): $(DEPS_STAMP)
 	test -x $(VENV)/bin/horovodrun
 	touch $@
 
-test: venv
+# tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
+# system ssh service is never started; Docker's policy-rc.d keeps apt from starting it). Installed only as
+# root; otherwise this says how, and that test fails saying the same.
+sshd:
+	@if [ -x /usr/sbin/sshd ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing openssh-server: tests/multihost/test_ssh_launch.py needs /usr/sbin/sshd"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    openssh-server >/dev/null && test -x /usr/sbin/sshd; \
+	else echo "note: /usr/sbin/sshd is missing, so tests/multihost/test_ssh_launch.py will fail." \
+	  "Install it as root: apt-get install openssh-server (Debian/Ubuntu)."; fi
+
+test: venv sshd
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
@@ -40,7 +52,7 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -m "not multiprocess"
 
-test-multihost: venv
+test-multihost: venv sshd
 	$(PY) -m pytest -m netns tests/multihost
 
 demo: venv

@@ -77,14 +77,20 @@ class TwoHosts:
 
     def kscale_on_both(self, argvs: Sequence[Sequence[str]], timeout: float) -> list[Result]:
         """Start `kscale <argv>` on hosta and hostb at once; wait for both (kill both at `timeout`)."""
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_"))
-        }
+        return self.kscale_on(list(zip(self.hosts, argvs)), timeout)
+
+    def kscale_on(
+        self, runs: Sequence[tuple[NetnsHost, Sequence[str]]], timeout: float, **extra_env: str
+    ) -> list[Result]:
+        """Start `kscale <argv>` for each (host, argv) at once, with the caller's launcher and ssh variables
+        removed and `extra_env` added; wait for all (kill all at `timeout`)."""
+        prefixes = ("HOROVOD_", "OMPI_", "PMI_", "SLURM_", "SSH_")  # SSH_*: a worker's come from its sshd
+        env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
         env.pop("TF_CONFIG", None)
-        env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
+        env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3", **extra_env)
         procs = []
         start = time.monotonic()
-        for host, argv in zip(self.hosts, argvs):
+        for host, argv in runs:
             log = (self.logs / f"{host.hostname}-{secrets.token_hex(3)}.log").open("w")
             proc = subprocess.Popen(
                 host.command([*KSCALE, *argv]),
