@@ -53,54 +53,40 @@ def test_mirrored_two_cpu_replicas(run_python, tmp_path):
     assert "backend          mirrored" in done.stdout and "global 64" in done.stdout
 
 
+def _distributed_run(tmp_path) -> list[str]:
+    """Train with a per-epoch checkpoint and a final save, both of which only the chief may write."""
+    return [
+        *RUN,
+        "--checkpoint",
+        str(tmp_path / "ckpt" / "lstm.h5"),
+        "--save",
+        str(tmp_path / "saved" / "final.keras"),
+        "--report",
+        str(tmp_path / "r.json"),
+    ]
+
+
+def _assert_chief_wrote_loadable_files_alone(tmp_path) -> None:
+    assert _report(tmp_path / "r.json")["replicas"] == 2
+    for folder, name in (("ckpt", "lstm.h5"), ("saved", "final.keras")):
+        _only_checkpoint(tmp_path / folder, name)
+        _load_in_plain_process(tmp_path / folder / name)
+
+
 @pytest.mark.timeout(300)
 def test_horovod_rank0_prints_and_checkpoints_and_checkpoint_loads_alone(horovodrun, tmp_path):
-    ckpt_dir = tmp_path / "ckpt"
-    save_dir = tmp_path / "saved"
-    done = horovodrun(
-        2,
-        [
-            *RUN,
-            "--checkpoint",
-            str(ckpt_dir / "lstm.h5"),
-            "--report",
-            str(tmp_path / "r.json"),
-            "--save",
-            str(save_dir / "final.keras"),
-        ],
-    )
-    assert _report(tmp_path / "r.json")["replicas"] == 2
+    done = horovodrun(2, _distributed_run(tmp_path))
     progress = [line for line in done.stdout.splitlines() if re.search(r"loss: \d", line)]
     assert progress, done.stdout[-3000:]
     assert all(line.startswith("[0]") for line in progress), progress
     plan_lines = [line for line in done.stdout.splitlines() if "kscale plan" in line]
     assert len(plan_lines) == 1 and plan_lines[0].startswith("[0]")
-    _only_checkpoint(ckpt_dir, "lstm.h5")
-    _load_in_plain_process(ckpt_dir / "lstm.h5")
-    _only_checkpoint(save_dir, "final.keras")
-    _load_in_plain_process(save_dir / "final.keras")
+    _assert_chief_wrote_loadable_files_alone(tmp_path)
 
 
 @pytest.mark.timeout(300)
 def test_multi_worker_tf_config(tf_config_workers, tmp_path):
-    ckpt_dir = tmp_path / "ckpt"
-    save_dir = tmp_path / "saved"
-    chief, other = tf_config_workers(
-        2,
-        [
-            *RUN,
-            "--checkpoint",
-            str(ckpt_dir / "lstm.h5"),
-            "--report",
-            str(tmp_path / "r.json"),
-            "--save",
-            str(save_dir / "final.keras"),
-        ],
-    )
-    assert _report(tmp_path / "r.json")["replicas"] == 2
+    chief, other = tf_config_workers(2, _distributed_run(tmp_path))
     assert "kscale plan" in chief.stdout and "kscale plan" not in other.stdout
     assert re.search(r"loss: \d", chief.stdout) and not re.search(r"loss: \d", other.stdout)
-    _only_checkpoint(ckpt_dir, "lstm.h5")
-    _load_in_plain_process(ckpt_dir / "lstm.h5")
-    _only_checkpoint(save_dir, "final.keras")
-    _load_in_plain_process(save_dir / "final.keras")
+    _assert_chief_wrote_loadable_files_alone(tmp_path)
