@@ -123,23 +123,20 @@ def distribute(model: tf.keras.Model, **options: Any) -> DistributedModel:
     base_lr = learning_rate_of(model.optimizer)
     factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
     warmup = opts.warmup_epochs > 0 and factor != 1.0
-    new_lr = lr_lib.scaled(base_lr, factor, warmup) if (factor != 1.0 or warmup) else base_lr
+    rescale = factor != 1.0 or warmup
 
     def make_optimizer():
-        # Called inside the backend's scope; the single backend keeps the user's own optimizer.
-        if backend.name == "single" and new_lr is base_lr:
-            return model.optimizer
-        lr = new_lr
-        if isinstance(lr, lr_lib.ScaledLearningRate):  # its variable must live in the scope too
-            lr = lr_lib.ScaledLearningRate(lr.base, lr.factor)
-        created["lr"] = lr
-        return clone_optimizer(model.optimizer, lr)
+        # Called inside the backend's scope, so a schedule's warmup variable is created there too.
+        if backend.name == "single" and not rescale:
+            return model.optimizer  # nothing to change: keep the user's own optimizer
+        return clone_optimizer(
+            model.optimizer, lr_lib.scaled(base_lr, factor, warmup) if rescale else base_lr
+        )
 
-    created: dict[str, Any] = {}
     distributed = backend.prepare_model(model, make_optimizer, compile_args(model), **gradient_options)
     # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
     # new schedule object, and fit() must set the warmup steps on the one that is actually used.
-    lr_after = learning_rate_of(distributed.optimizer) if created else base_lr
+    lr_after = learning_rate_of(distributed.optimizer)
     plan = Plan(
         backend=backend.name,
         num_workers=backend.num_workers,
