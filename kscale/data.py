@@ -9,8 +9,6 @@ the N workers together see exactly the samples one process would see with an N-t
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -159,10 +157,3 @@ def steps_for(batches: int | None, replicas_per_step: int) -> int | None:
     if batches is None or batches < 0:
         return None
     return batches // replicas_per_step
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
-
-
-DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]

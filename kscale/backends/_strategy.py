@@ -55,9 +55,6 @@ class StrategyBackend(Backend):
             broadcast_from_first_replica(self.strategy, distributed.weights)
         return distributed
 
-    def average(self, values: list[float]) -> list[float]:
-        return values  # Keras already reduces evaluate() results over all replicas
-
 
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[tf.Variable]) -> None:
     """Give every worker the first worker's values: a sum where all replicas but the first add zero."""

@@ -21,8 +21,6 @@ class Backend(abc.ABC):
     """
 
     name: ClassVar[str]
-    #: True when each replica is its own process (Horovod): data is sharded per process.
-    one_process_per_replica: ClassVar[bool] = False
     #: True when prepare_model takes `compression` and `backward_passes_per_step`.
     supports_gradient_options: ClassVar[bool] = False
 
@@ -77,7 +75,11 @@ class Backend(abc.ABC):
         return []
 
     def average(self, values: list[float]) -> list[float]:
-        """Average per-worker numbers (evaluate's results) over workers; identity in one process."""
+        """Average per-worker numbers (evaluate's results) over workers.
+
+        Identity here: in one process there is nothing to average, and tf.distribute strategies already
+        reduce evaluate() over all replicas. Horovod, whose workers evaluate alone, overrides it.
+        """
         return values
 
     def scope(self) -> contextlib.AbstractContextManager:

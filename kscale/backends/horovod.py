@@ -15,7 +15,6 @@ from kscale.model_rebuild import recompile
 
 class HorovodBackend(Backend):
     name = "horovod"
-    one_process_per_replica = True
 
     supports_gradient_options = True
 

@@ -67,7 +67,6 @@ class StubWorkers(Backend):
     """
 
     name = "stub"
-    one_process_per_replica = True
 
     def __init__(self, worker_index: int = 0, num_workers: int = 2):
         super().__init__(environment.Environment())
