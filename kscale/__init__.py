@@ -30,13 +30,12 @@ from kscale.errors import (
 
 if TYPE_CHECKING:
     from kscale.callbacks import chief_only
-    from kscale.distributed_model import DistributedModel, distribute
+    from kscale.distributed_model import distribute
     from kscale.plan import Plan
 
 # TensorFlow-heavy names load on first use, so `kscale --help` and `kscale env` start fast.
 _LAZY = {
     "distribute": "kscale.distributed_model",
-    "DistributedModel": "kscale.distributed_model",
     "chief_only": "kscale.callbacks",
     "Plan": "kscale.plan",
 }
@@ -115,7 +114,6 @@ _startup()
 __all__ = [
     "BackendError",
     "DataError",
-    "DistributedModel",
     "EnvironmentDetectionError",
     "KScaleError",
     "LaunchError",

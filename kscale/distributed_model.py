@@ -1,142 +1,73 @@
-"""`kscale.distribute(model)`: the one line, and the model it returns.
+"""`kscale.distribute(model)`: the one line, and what it does to the model.
 
-`DistributedModel` behaves like the Keras model it wraps (attributes, summary, predict, save), and
-changes what distribution changes: fit/evaluate shard the data, scale steps and epochs, keep file
-writing on the chief, and run the backend's callbacks.
+What comes back is a Keras model of the user's own class: the very object passed in or, where the
+backend must create the variables elsewhere (inside a tf.distribute strategy's scope), a copy of it with
+the same weights. kscale binds its own `compile`, `fit`, `evaluate`, `predict`, `train_on_batch`,
+`test_on_batch`, `save` and `save_weights` to that one object (instance attributes, the way Keras itself
+sets `model.train_function`). Each does what distribution changes and calls the class's own method for
+the rest. The class is not changed and no subclass is made, so every Keras API (serialization,
+`clone_model`, SavedModel, nesting in another model, registered custom classes) sees exactly the model
+it expects. Everything that depends on how training runs is asked of the backend.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
+import inspect
 import numbers
+import types
+from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
-
-from kscale import backends, log
-from kscale import learning_rate as lr_lib
+from kscale import _keras_private, backends, log
 from kscale.backends.base import Backend
-from kscale.callbacks import AtomicModelCheckpoint, for_this_worker
-from kscale.checkpoint_io import atomic_save
-from kscale.data import (
-    Shard,
-    ShardedSequence,
-    arrays_to_dataset,
-    dataset_batches,
-    is_array_data,
-    num_samples,
-    require_samples,
-    sequence_to_dataset,
-    shard_arrays,
-    shard_dataset,
-    split_validation,
-    steps_for,
-)
+from kscale.data import FeedRequest, Shard, is_array_data, split_validation
 from kscale.errors import DataError, OptionError
-from kscale.model_rebuild import check_model, clone_optimizer, compile_args, learning_rate_of
-from kscale.plan import (
-    BatchSemantics,
-    DataPolicy,
-    LRScaling,
-    Plan,
-    divide_epochs,
-    divide_steps,
-    lr_scale_factor,
-    parse_option,
-)
+from kscale.options import Options
+from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
 
 _KERAS_DEFAULT_BATCH = 32
+_STATE = "_kscale_state"
 
 
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """Every choice `distribute()` makes, each overridable by the user."""
+@dataclasses.dataclass
+class _State:
+    """What kscale keeps on a distributed model (one attribute, never tracked by Keras)."""
 
-    backend: str | None = None
-    devices: tuple[str, ...] | None = None
-    lr_scaling: LRScaling = LRScaling.LINEAR
-    warmup_epochs: float = 0.0
-    data_policy: DataPolicy = DataPolicy.SHARD
-    batch_semantics: BatchSemantics = BatchSemantics.PER_REPLICA
-    compression: str | None = None
-    backward_passes_per_step: int = 1
-    print_plan: bool = True
-
-    @classmethod
-    def parse(cls, **options: Any) -> Options:
-        valid = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - valid)
-        if unknown:
-            raise OptionError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for kscale.distribute(); valid options "
-                f"are {', '.join(sorted(valid))}."
-            )
-        parsed = dict(options)
-        for name, enum_type in (
-            ("lr_scaling", LRScaling),
-            ("data_policy", DataPolicy),
-            ("batch_semantics", BatchSemantics),
-        ):
-            if name in parsed:
-                parsed[name] = parse_option(enum_type, parsed[name], name)
-        warmup = parsed.get("warmup_epochs", 0.0)
-        if not isinstance(warmup, int | float) or warmup < 0:
-            raise OptionError(f"warmup_epochs={warmup!r} must be a number >= 0 (epochs of gradual warmup).")
-        if parsed.get("devices") is not None:
-            parsed["devices"] = tuple(parsed["devices"])
-        if parsed.get("compression") == "none":
-            parsed["compression"] = None
-        if parsed.get("compression") not in (None, "fp16"):
-            raise OptionError(f"compression={parsed['compression']!r} is not valid; use None or 'fp16'.")
-        passes = parsed.get("backward_passes_per_step", 1)
-        if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
-            raise OptionError(
-                f"backward_passes_per_step={passes!r} must be an integer >= 1 (the number of batches whose "
-                "gradients are accumulated before one allreduce)."
-            )
-        return cls(**parsed)
+    backend: Backend
+    options: Options
+    backend_options: Any
+    plan: Plan
+    optimizer: Any = None  # the optimizer as the user gave it (before scaling and wrapping)
+    compile_args: dict = dataclasses.field(default_factory=dict)
+    learning_rate: Any = None  # the compiled optimizer's rate, where warmup steps are set
+    warmup: bool = False
+    plan_printed: bool = False
 
 
-def distribute(model: tf.keras.Model, **options: Any) -> DistributedModel:
+def distribute(model: Any, **options: Any) -> Any:
     """Make a built, compiled Keras model train on every device and worker this process can reach.
 
     Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker'), devices,
     lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'divide_epochs' |
-    'none'), batch_semantics ('per_replica' | 'global'), compression (None | 'fp16'),
-    backward_passes_per_step, print_plan.
+    'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's own (horovod:
+    compression, backward_passes_per_step).
+
+    Returns the model to train: `model` itself, or under a tf.distribute strategy a copy built in its
+    scope (then `model` is left as it was). Either way an instance of `model`'s own class.
     """
-    opts = Options.parse(**options)
-    check_model(model)
+    opts, keywords = Options.parse(options)
     backend = backends.current(opts.backend, devices=list(opts.devices) if opts.devices else None)
-    gradient_options = {}
-    if opts.compression is not None or opts.backward_passes_per_step != 1:
-        if not backend.supports_gradient_options:
-            raise OptionError(
-                f"compression and backward_passes_per_step are Horovod options; the {backend.name!r} backend "
-                "does not support them. Drop them, or launch with horovodrun / kscale run."
-            )
-        gradient_options = {
-            "compression": opts.compression,
-            "backward_passes_per_step": opts.backward_passes_per_step,
-        }
-    base_lr = learning_rate_of(model.optimizer)
-    factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
-    warmup = opts.warmup_epochs > 0 and factor != 1.0
-    rescale = factor != 1.0 or warmup
-
-    def make_optimizer():
-        # Called inside the backend's scope, so a schedule's warmup variable is created there too.
-        if backend.name == "single" and not rescale:
-            return model.optimizer  # nothing to change: keep the user's own optimizer
-        return clone_optimizer(
-            model.optimizer, lr_lib.scaled(base_lr, factor, warmup) if rescale else base_lr
-        )
-
-    distributed = backend.prepare_model(model, make_optimizer, compile_args(model), **gradient_options)
-    # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
-    # new schedule object, and fit() must set the warmup steps on the one that is actually used.
-    lr_after = learning_rate_of(distributed.optimizer)
+    backend_options = backends.parse_options(backend, keywords, Options.names())
+    backend.check_model(model)
+    previous = state_of(model)
+    if previous is not None:  # distributed before: start again from what the user gave, not compound
+        optimizer, args = previous.optimizer, previous.compile_args
+    else:
+        optimizer = model.optimizer
+        args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
+    placed = backend.place_model(model)
     plan = Plan(
         backend=backend.name,
         num_workers=backend.num_workers,
@@ -144,376 +75,281 @@ def distribute(model: tf.keras.Model, **options: Any) -> DistributedModel:
         lr_scaling=opts.lr_scaling,
         data_policy=opts.data_policy,
         batch_semantics=opts.batch_semantics,
-        learning_rate_before=lr_lib.describe(base_lr),
-        learning_rate_after=lr_lib.describe(lr_after),
-        warmup_epochs=float(opts.warmup_epochs) if warmup else 0.0,
         devices=backend.devices,
     )
-    return DistributedModel(distributed, backend, opts, plan, lr_after)
+    object.__setattr__(placed, _STATE, _State(backend, opts, backend_options, plan))
+    for name, method in _METHODS.items():
+        object.__setattr__(placed, name, types.MethodType(method, placed))
+    placed.compile(optimizer=optimizer, **args)  # kscale's compile: scales and wraps the optimizer
+    return placed
 
 
-class DistributedModel:
-    """A Keras model that trains distributed. Everything not overridden here is the wrapped model's."""
+def state_of(model: Any) -> _State | None:
+    """kscale's state on a distributed model, or None for any other object."""
+    return vars(model).get(_STATE) if hasattr(model, "__dict__") else None
 
-    _OWN = frozenset({"model", "backend", "options", "kscale_plan", "_learning_rate", "_plan_printed"})
 
-    def __init__(self, model: tf.keras.Model, backend: Backend, options: Options, plan: Plan, lr: Any):
-        object.__setattr__(self, "model", model)
-        object.__setattr__(self, "backend", backend)
-        object.__setattr__(self, "options", options)
-        object.__setattr__(self, "kscale_plan", plan)
-        object.__setattr__(self, "_learning_rate", lr)
-        object.__setattr__(self, "_plan_printed", False)
+def _state(model: Any) -> _State:
+    return vars(model)[_STATE]
 
-    # -- behaving like the model ---------------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        if name in self._OWN:  # not set yet (copy, unpickling): never recurse into self.model
-            raise AttributeError(name)
-        return getattr(self.model, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in self._OWN:
-            object.__setattr__(self, name, value)
+def _set_plan(model: Any, plan: Plan) -> None:
+    _state(model).plan = plan
+    object.__setattr__(model, "kscale_plan", plan)
+
+
+def _keras(model: Any, name: str) -> Callable[..., Any]:
+    """The method `name` of the model's own class (Keras', or the user's override), bound to the model."""
+    return functools.partial(getattr(type(model), name), model)
+
+
+def _arguments(model: Any, name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by name, as the class's own method would receive them (positional ones too)."""
+    signature = inspect.signature(getattr(type(model), name))
+    bound = signature.bind(model, *args, **kwargs).arguments
+    named: dict[str, Any] = {}
+    for parameter in list(signature.parameters.values())[1:]:
+        if parameter.name not in bound:
+            continue
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(bound[parameter.name])
         else:
-            setattr(self.model, name, value)
+            named[parameter.name] = bound[parameter.name]
+    return named
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model(*args, **kwargs)
 
-    def __repr__(self) -> str:
-        return f"<kscale.DistributedModel {self.model.name!r} on {self.backend.name}, {self.backend.num_replicas} replica(s)>"
-
-    @property
-    def is_chief(self) -> bool:
-        return self.backend.is_chief
-
-    # -- training -------------------------------------------------------------------------------------
-    def fit(
+# -- the methods bound to a distributed model ---------------------------------------------------------------
+def _compile(self, *args: Any, **kwargs: Any) -> None:
+    """Keras' compile, with the learning rate scaled for the replicas and the optimizer the backend needs."""
+    state = _state(self)
+    backend, opts = state.backend, state.options
+    arguments = _arguments(self, "compile", args, kwargs)
+    optimizer = backend.resolve_optimizer(arguments.pop("optimizer", "rmsprop"))
+    base = backend.learning_rate_of(optimizer)
+    factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
+    state.warmup = opts.warmup_epochs > 0 and factor != 1.0
+    scaled = (
+        backend.scaled_learning_rate(base, factor, state.warmup) if factor != 1.0 or state.warmup else None
+    )
+    backend.compile(_keras(self, "compile"), optimizer, scaled, arguments, state.backend_options)
+    state.optimizer, state.compile_args = optimizer, arguments
+    # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
+    # new schedule object, and fit() must set the warmup steps on the one that is actually used.
+    state.learning_rate = backend.learning_rate_of(self.optimizer)
+    _set_plan(
         self,
-        x: Any = None,
-        y: Any = None,
-        batch_size: int | None = None,
-        epochs: int = 1,
-        verbose: Any = "auto",
-        callbacks: list | None = None,
-        validation_split: float = 0.0,
-        validation_data: Any = None,
-        shuffle: bool = True,
-        class_weight: Any = None,
-        sample_weight: Any = None,
-        initial_epoch: int = 0,
-        steps_per_epoch: int | None = None,
-        validation_steps: int | None = None,
-        validation_batch_size: int | None = None,
-        validation_freq: int = 1,
-        **kwargs: Any,
-    ) -> tf.keras.callbacks.History:
-        """Keras' fit, with `batch_size` per replica, the data sharded and epochs/steps scaled."""
-        policy = self.options.data_policy
-        replicas = self.backend.num_replicas
-        per_replica = self._per_replica_batch(batch_size)
-        epochs_after = divide_epochs(epochs, replicas) if policy is DataPolicy.DIVIDE_EPOCHS else epochs
-        if validation_split and validation_data is None and is_array_data(x):
-            (x, y, sample_weight), validation_data = split_validation((x, y, sample_weight), validation_split)
-            validation_split = 0.0
-        feed = self._feed(x, y, sample_weight, per_replica, shuffle, steps_per_epoch, "training data")
-        val_feed = None
-        if validation_data is not None:
-            vx, vy, vsw = _unpack_validation(validation_data)
-            val_batch = (
-                self._per_replica_batch(validation_batch_size) if validation_batch_size else per_replica
-            )
-            val_feed = self._feed(vx, vy, vsw, val_batch, False, validation_steps, "validation data")
+        dataclasses.replace(
+            state.plan,
+            learning_rate_before=backend.describe_learning_rate(base),
+            learning_rate_after=backend.describe_learning_rate(state.learning_rate),
+            warmup_epochs=float(opts.warmup_epochs) if state.warmup else 0.0,
+        ),
+    )
 
-        plan = self.kscale_plan.with_fit(
+
+def _fit(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' fit, with `batch_size` per replica, this worker's part of the data and epochs/steps scaled."""
+    state = _state(self)
+    backend, opts = state.backend, state.options
+    a = _arguments(self, "fit", args, kwargs)
+    x, y, sample_weight = a.get("x"), a.get("y"), a.get("sample_weight")
+    epochs, user_steps = a.get("epochs", 1), a.get("steps_per_epoch")
+    per_replica = _per_replica_batch(state, a.get("batch_size"))
+    if opts.data_policy is DataPolicy.DIVIDE_EPOCHS:
+        a["epochs"] = divide_epochs(epochs, backend.num_replicas)
+    if a.get("validation_split") and a.get("validation_data") is None and is_array_data(x):
+        (x, y, sample_weight), a["validation_data"] = split_validation(
+            (x, y, sample_weight), a["validation_split"]
+        )
+        a["validation_split"] = 0.0
+    request = _request(state, per_replica, a.get("shuffle", True), user_steps, "training data")
+    feed = backend.feed(x, y, sample_weight, request)
+    a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
+    _set_batch_size(a, "batch_size", feed.batch_size)
+    if a.get("validation_data") is not None:
+        vx, vy, vsw = _unpack_validation(a["validation_data"])
+        given = a.get("validation_batch_size")
+        val_batch = _per_replica_batch(state, given) if given else per_replica
+        val_request = _request(state, val_batch, False, a.get("validation_steps"), "validation data")
+        val = backend.feed(vx, vy, vsw, val_request)
+        parts = tuple(v for v in (val.x, val.y, val.sample_weight) if v is not None)
+        a["validation_data"] = parts[0] if len(parts) == 1 else parts
+        a["validation_steps"] = val.steps
+        _set_batch_size(a, "validation_batch_size", val.batch_size)
+    _set_plan(
+        self,
+        state.plan.with_fit(
             per_replica_batch=per_replica if is_array_data(x) else None,  # else the data holds the batch
             epochs_before=epochs,
-            epochs_after=epochs_after,
-            steps_per_epoch_before=steps_per_epoch,
+            epochs_after=a.get("epochs", 1),
+            steps_per_epoch_before=user_steps,
             steps_per_epoch_after=feed.epoch_steps,
             notes=tuple(feed.notes),
+        ),
+    )
+    _print_plan_once(self)
+    _set_warmup(state, feed.epoch_steps)
+    a["verbose"] = a.get("verbose", "auto") if backend.is_chief else 0
+    a["callbacks"] = backend.callbacks(list(a.get("callbacks") or []))
+    return _keras(self, "fit")(**a)
+
+
+def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' evaluate on this worker's part of the data, averaged over workers: the same on every rank."""
+    if kwargs.get("_use_cached_eval_dataset"):  # Keras' own fit validating: its data is already fed
+        return _keras(self, "evaluate")(*args, **kwargs)
+    state = _state(self)
+    backend = state.backend
+    a = _arguments(self, "evaluate", args, kwargs)
+    per_replica = _per_replica_batch(state, a.get("batch_size"))
+    request = _request(state, per_replica, False, a.get("steps"), "evaluation data")
+    feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
+    a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
+    _set_batch_size(a, "batch_size", feed.batch_size)
+    a["verbose"] = a.get("verbose", "auto") if backend.is_chief else 0
+    a["callbacks"] = backend.user_callbacks(list(a.get("callbacks") or []))
+    return_dict = a.get("return_dict", False)
+    a["return_dict"] = True
+    return _same_on_every_worker(backend, _keras(self, "evaluate")(**a), return_dict)
+
+
+def _predict(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' predict on all of `x` on every worker (so every rank gets the full result)."""
+    state = _state(self)
+    a = _arguments(self, "predict", args, kwargs)
+    if a.get("batch_size") is not None:
+        a["batch_size"] = state.backend.predict_batch_size(_per_replica_batch(state, a["batch_size"]))
+    a["verbose"] = a.get("verbose", "auto") if state.backend.is_chief else 0
+    if a.get("callbacks"):
+        a["callbacks"] = state.backend.user_callbacks(list(a["callbacks"]))
+    return _keras(self, "predict")(**a)
+
+
+def _train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' train_on_batch on the batch this worker passes; the returned numbers are averaged over workers."""
+    _print_plan_once(self)
+    return _on_batch(self, "train_on_batch", args, kwargs)
+
+
+def _test_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' test_on_batch on the batch this worker passes, averaged over workers."""
+    return _on_batch(self, "test_on_batch", args, kwargs)
+
+
+def _save(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
+    """Keras' save, where the backend says (the chief; all workers under multi-worker TF), atomically."""
+    a = _arguments(self, "save", (filepath, *args), kwargs)
+    target = a.pop("filepath")
+    _state(self).backend.save(
+        target, lambda path: _keras(self, "save")(path, **a), replace=a.get("overwrite", True) is not False
+    )
+
+
+def _save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
+    """Keras' save_weights, where the backend says, atomically."""
+    a = _arguments(self, "save_weights", (filepath, *args), kwargs)
+    target = a.pop("filepath")
+    _state(self).backend.save(
+        target,
+        lambda path: _keras(self, "save_weights")(path, **a),
+        may_be_folder=False,
+        replace=a.get("overwrite", True) is not False,
+    )
+
+
+_METHODS: dict[str, Callable[..., Any]] = {
+    "compile": _compile,
+    "fit": _fit,
+    "evaluate": _evaluate,
+    "predict": _predict,
+    "train_on_batch": _train_on_batch,
+    "test_on_batch": _test_on_batch,
+    "save": _save,
+    "save_weights": _save_weights,
+}
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+def _on_batch(model: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    a = _arguments(model, name, args, kwargs)
+    return_dict = a.get("return_dict", False)
+    a["return_dict"] = True
+    return _same_on_every_worker(_state(model).backend, _keras(model, name)(**a), return_dict)
+
+
+def _same_on_every_worker(backend: Backend, logs: dict, return_dict: bool) -> Any:
+    """Keras' result (as a dict) averaged over workers, in the form the caller asked for."""
+    names = list(logs)
+    averaged = dict(zip(names, backend.average([float(logs[n]) for n in names])))
+    if return_dict:
+        return averaged
+    values = [averaged[n] for n in names]
+    return values[0] if len(values) == 1 else values
+
+
+def _request(
+    state: _State, per_replica: int, shuffle: bool, user_steps: int | None, what: str
+) -> FeedRequest:
+    """What one worker is asked to feed: its shard, and steps counted for one replica divided among them."""
+    backend, policy = state.backend, state.options.data_policy
+    steps = user_steps
+    if user_steps is not None and policy is DataPolicy.SHARD:
+        steps = divide_steps(
+            user_steps, backend.num_replicas, "steps_per_epoch" if "train" in what else "steps"
         )
-        object.__setattr__(self, "kscale_plan", plan)
-        self._print_plan_once()
-        self._set_warmup(feed.epoch_steps)
+    shard = Shard(backend.worker_index, backend.num_workers) if policy is DataPolicy.SHARD else Shard()
+    return FeedRequest(per_replica, shuffle, steps, what, policy.value, shard)
 
-        fit_kwargs = dict(kwargs)
-        if feed.batch_size is not None:
-            fit_kwargs["batch_size"] = feed.batch_size
-        if val_feed is not None:
-            fit_kwargs["validation_data"] = (
-                val_feed.data
-                if val_feed.y is None and val_feed.sample_weight is None
-                else tuple(v for v in (val_feed.data, val_feed.y, val_feed.sample_weight) if v is not None)
-            )
-            fit_kwargs["validation_steps"] = val_feed.steps
-            if val_feed.batch_size is not None:
-                fit_kwargs["validation_batch_size"] = val_feed.batch_size
-        return self.model.fit(
-            feed.data,
-            feed.y,
-            epochs=epochs_after,
-            verbose=verbose if self.is_chief else 0,
-            callbacks=self._callbacks(callbacks),
-            validation_split=validation_split,
-            shuffle=shuffle,
-            class_weight=class_weight,
-            sample_weight=feed.sample_weight,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=feed.steps,
-            validation_freq=validation_freq,
-            **fit_kwargs,
+
+def _set_batch_size(arguments: dict, name: str, batch_size: int | None) -> None:
+    """Keras takes a batch size only for array input; the data holds it otherwise."""
+    if batch_size is None:
+        arguments.pop(name, None)
+    else:
+        arguments[name] = batch_size
+
+
+def _per_replica_batch(state: _State, batch_size: Any) -> int:
+    if batch_size is None:
+        return _KERAS_DEFAULT_BATCH
+    if isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool):
+        batch_size = int(batch_size)  # numpy integers, as Keras accepts them
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise OptionError(f"batch_size={batch_size!r} must be a positive integer.")
+    if state.options.batch_semantics is BatchSemantics.PER_REPLICA:
+        return batch_size
+    replicas = state.backend.num_replicas
+    if batch_size < replicas or batch_size % replicas:
+        raise DataError(
+            f"global batch_size={batch_size} cannot be split evenly over {replicas} replicas; give a "
+            f"multiple of {replicas} (e.g. {max(replicas, batch_size // replicas * replicas)}), or use "
+            "batch_semantics='per_replica' and pass the per-replica batch."
         )
+    return batch_size // replicas
 
-    def evaluate(
-        self,
-        x: Any = None,
-        y: Any = None,
-        batch_size: int | None = None,
-        verbose: Any = "auto",
-        sample_weight: Any = None,
-        steps: int | None = None,
-        callbacks: list | None = None,
-        return_dict: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """Keras' evaluate on each worker's shard, averaged over workers: the same numbers on every rank."""
-        per_replica = self._per_replica_batch(batch_size)
-        feed = self._feed(x, y, sample_weight, per_replica, False, steps, "evaluation data")
-        if feed.batch_size is not None:
-            kwargs["batch_size"] = feed.batch_size
-        result = self.model.evaluate(
-            feed.data,
-            feed.y,
-            verbose=verbose if self.is_chief else 0,
-            sample_weight=feed.sample_weight,
-            steps=feed.steps,
-            callbacks=for_this_worker(callbacks or [], self.is_chief, self._multi_worker),
-            return_dict=True,
-            **kwargs,
+
+def _set_warmup(state: _State, steps_per_epoch: int | None) -> None:
+    if not state.warmup:
+        return
+    if steps_per_epoch is None:
+        raise DataError(
+            "warmup_epochs needs to know the steps per epoch: pass steps_per_epoch to fit, or give data "
+            "of known length."
         )
-        names = list(result)
-        averaged = dict(zip(names, self.backend.average([float(result[n]) for n in names])))
-        if return_dict:
-            return averaged
-        values = [averaged[n] for n in names]
-        return values[0] if len(values) == 1 else values
-
-    def predict(self, x: Any, batch_size: int | None = None, verbose: Any = "auto", **kwargs: Any) -> Any:
-        """Keras' predict on all of `x` on every worker (so every rank gets the full result)."""
-        if batch_size is not None and self.backend.strategy is not None:
-            batch_size = self._per_replica_batch(batch_size) * self.backend.replicas_per_worker
-        return self.model.predict(x, batch_size=batch_size, verbose=verbose if self.is_chief else 0, **kwargs)
-
-    # -- saving ---------------------------------------------------------------------------------------
-    def save(self, filepath: str, *args: Any, **kwargs: Any) -> None:
-        """Save on the chief only, atomically (multi-worker strategies save everywhere, as they must)."""
-        self._save(lambda path: self.model.save(path, *args, **kwargs), filepath)
-
-    def save_weights(self, filepath: str, *args: Any, **kwargs: Any) -> None:
-        """Save weights on the chief only, atomically."""
-        self._save(lambda path: self.model.save_weights(path, *args, **kwargs), filepath)
-
-    def _save(self, save, filepath: str) -> None:
-        if self._multi_worker:
-            from keras.src.distribute import distributed_file_utils
-
-            strategy = self.backend.strategy
-            path = distributed_file_utils.write_filepath(str(filepath), strategy)
-            atomic_save(path, save) if self.is_chief else save(path)
-            distributed_file_utils.remove_temp_dir_with_filepath(path, strategy)
-        elif self.is_chief:
-            atomic_save(str(filepath), save)
-
-    # -- internals ------------------------------------------------------------------------------------
-    @property
-    def _multi_worker(self) -> bool:
-        return self.backend.strategy is not None and self.backend.num_workers > 1
-
-    def _per_replica_batch(self, batch_size: int | None) -> int:
-        if batch_size is None:
-            return _KERAS_DEFAULT_BATCH
-        if isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool):
-            batch_size = int(batch_size)  # numpy integers, as Keras accepts them
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise OptionError(f"batch_size={batch_size!r} must be a positive integer.")
-        if self.options.batch_semantics is BatchSemantics.PER_REPLICA:
-            return batch_size
-        replicas = self.backend.num_replicas
-        if batch_size < replicas or batch_size % replicas:
-            raise DataError(
-                f"global batch_size={batch_size} cannot be split evenly over {replicas} replicas; give a "
-                f"multiple of {replicas} (e.g. {max(replicas, batch_size // replicas * replicas)}), or use "
-                "batch_semantics='per_replica' and pass the per-replica batch."
-            )
-        return batch_size // replicas
-
-    def _worker_shard(self) -> Shard:
-        if self.options.data_policy is not DataPolicy.SHARD:
-            return Shard()
-        return Shard(self.backend.worker_index, self.backend.num_workers)
-
-    def _feed(self, x, y, sample_weight, per_replica: int, shuffle: bool, user_steps, what: str) -> _Feed:
-        """Turn the user's data into what the wrapped model's fit/evaluate should get on this worker."""
-        shard = self._worker_shard()
-        policy = self.options.data_policy
-        replicas = self.backend.num_replicas
-        steps = user_steps
-        if user_steps is not None and policy is DataPolicy.SHARD:
-            steps = divide_steps(user_steps, replicas, "steps_per_epoch" if "train" in what else "steps")
-        notes: list[str] = []
-
-        if is_array_data(x):
-            total = num_samples(*[a for a in (x, y, sample_weight) if a is not None])
-            require_samples(total, shard, per_replica, what)
-            if total % shard.count:
-                notes.append(
-                    f"{total % shard.count} trailing sample(s) of {total} unused so workers stay even"
-                )
-            x, y, sample_weight = (shard_arrays(a, shard, total) for a in (x, y, sample_weight))
-            local = total // shard.count
-            if self.backend.strategy is None:
-                available = math.ceil(local / per_replica)
-                _check_steps(steps, available, what, policy)
-                return _Feed(x, y, sample_weight, per_replica, steps, notes, steps or available)
-            dataset = arrays_to_dataset((x, y, sample_weight), per_replica, shuffle)
-            return self._distributed_feed(dataset, steps, what, notes)
-
-        if isinstance(x, tf.data.Dataset):
-            _no_separate_targets(y, sample_weight, "a tf.data.Dataset")
-            batches = dataset_batches(x)
-            if batches and batches > 0 and batches % shard.count:
-                notes.append(
-                    f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"
-                )
-            if self.backend.strategy is None:
-                dataset = shard_dataset(x, shard, what)
-                _check_steps(steps, dataset_batches(dataset), what, policy)
-                batches = dataset_batches(dataset)
-                if steps is None and batches is None and shard.count > 1:
-                    raise _unknown_length(what)
-                return _Feed(dataset, None, None, None, steps, notes, steps or batches)
-            return self._distributed_feed(shard_dataset(x, shard, what), steps, what, notes)
-
-        if isinstance(x, tf.keras.utils.Sequence):
-            _no_separate_targets(y, sample_weight, "a keras.utils.Sequence")
-            if len(x) % shard.count:
-                notes.append(
-                    f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even"
-                )
-            if self.backend.strategy is None:
-                sequence = ShardedSequence(x, shard) if shard.count > 1 else x
-                _check_steps(steps, len(sequence), what, policy)
-                return _Feed(sequence, None, None, None, steps, notes, steps or len(sequence))
-            dataset = shard_dataset(sequence_to_dataset(x), shard, what)
-            return self._distributed_feed(dataset, steps, what, notes)
-
-        if x is None:
-            raise DataError(
-                f"no {what} given: pass numpy arrays, a tf.data.Dataset or a keras.utils.Sequence."
-            )
-        if shard.count > 1:
-            raise DataError(
-                f"kscale cannot split {type(x).__name__} {what} between {shard.count} workers (only numpy "
-                "arrays, tf.data.Dataset and keras.utils.Sequence can be sharded). Wrap it in a "
-                "tf.data.Dataset (e.g. Dataset.from_generator), or pass data_policy='none' if you already "
-                "give each worker its own data."
-            )
-        return _Feed(x, y, sample_weight, None, steps, notes)
-
-    def _distributed_feed(self, dataset: tf.data.Dataset, steps, what: str, notes: list[str]) -> _Feed:
-        """Feed a strategy: this worker's dataset of per-replica batches, one batch per local replica."""
-        per_worker = self.backend.replicas_per_worker
-        batches = dataset_batches(dataset)
-        available = steps_for(batches, per_worker)
-        if available is not None and available < 1:
-            raise DataError(
-                f"the {what} has {batches} batch(es) per worker, fewer than the {per_worker} replicas of this "
-                "worker: no step can run. Use a smaller batch or more data."
-            )
-        _check_steps(steps, available, what, self.options.data_policy)
-        if steps is None:
-            if available is None:
-                raise _unknown_length(what)
-            steps = available
-            if batches % per_worker:
-                notes.append(
-                    f"{batches % per_worker} trailing batch(es) per epoch unused so replicas stay even"
-                )
-        # Keras does not restart a distributed dataset between epochs when steps are given: take
-        # exactly one epoch's batches and repeat them, so every epoch is one full pass.
-        epoch = dataset.take(steps * per_worker).repeat()
-        distributed = self.backend.strategy.distribute_datasets_from_function(lambda _: epoch)
-        return _Feed(distributed, None, None, None, steps, notes, steps)
-
-    def _callbacks(self, user_callbacks: list | None) -> list:
-        mine = for_this_worker(list(user_callbacks or []), self.is_chief, self._multi_worker)
-        mine = [
-            AtomicModelCheckpoint.from_checkpoint(cb)
-            if isinstance(cb, tf.keras.callbacks.ModelCheckpoint)
-            else cb
-            for cb in mine
-        ]
-        # Backend callbacks first: weights are broadcast before anything else runs, and metrics are
-        # averaged before checkpoints and loggers read them.
-        return self.backend.callbacks() + mine
-
-    def _set_warmup(self, steps_per_epoch: int | None) -> None:
-        lr = self._learning_rate
-        if not isinstance(lr, lr_lib.ScaledLearningRate) or not self.options.warmup_epochs:
-            return
-        if steps_per_epoch is None:
-            raise DataError(
-                "warmup_epochs needs to know the steps per epoch: pass steps_per_epoch to fit, or give data "
-                "of known length."
-            )
-        lr.warmup_steps.assign(max(1, round(self.options.warmup_epochs * steps_per_epoch)))
-
-    def _print_plan_once(self) -> None:
-        if self._plan_printed or not self.options.print_plan:
-            return
-        object.__setattr__(self, "_plan_printed", True)
-        log.chief(self.kscale_plan.describe(), self.is_chief)
+    state.backend.set_warmup_steps(
+        state.learning_rate, max(1, round(state.options.warmup_epochs * steps_per_epoch))
+    )
 
 
-@dataclasses.dataclass
-class _Feed:
-    data: Any
-    y: Any
-    sample_weight: Any
-    batch_size: int | None
-    steps: int | None
-    notes: list[str]
-    epoch_steps: int | None = None  # the steps one epoch will run, whether or not the user gave them
+def _print_plan_once(model: Any) -> None:
+    state = _state(model)
+    if state.plan_printed or not state.options.print_plan:
+        return
+    state.plan_printed = True
+    log.chief(state.plan.describe(), state.backend.is_chief)
 
 
 def _unpack_validation(validation_data: Any) -> tuple[Any, Any, Any]:
     if isinstance(validation_data, tuple | list) and 2 <= len(validation_data) <= 3:
         return (*validation_data, None)[:3]
     return validation_data, None, None
-
-
-def _no_separate_targets(y: Any, sample_weight: Any, kind: str) -> None:
-    if y is not None or sample_weight is not None:
-        raise DataError(f"y and sample_weight must be inside {kind}, not passed separately to fit.")
-
-
-def _check_steps(steps: int | None, available: int | None, what: str, policy: DataPolicy) -> None:
-    """A step count the data cannot supply would end the epoch early on some worker, or hang the rest."""
-    if steps is None or available is None or available < 0 or steps <= available:
-        return
-    raise DataError(
-        f"steps_per_epoch asks each worker for {steps} steps of {what}, but with data_policy="
-        f"'{policy.value}' each worker's part has only {available} batch(es). Lower steps_per_epoch, "
-        "repeat() the dataset, or choose another data_policy (steps_per_epoch is counted for one replica "
-        "and divided by the number of replicas under 'shard')."
-    )
-
-
-def _unknown_length(what: str) -> DataError:
-    return DataError(
-        f"the length of the {what} is unknown, so kscale cannot give every worker the same number of steps "
-        "(an uneven split would leave workers waiting for each other forever). Pass steps_per_epoch "
-        "(validation_steps / steps), or declare the length with "
-        "dataset.apply(tf.data.experimental.assert_cardinality(n))."
-    )

@@ -1,8 +1,8 @@
-"""Taking a built, compiled Keras model apart and putting it together again, unchanged but for placement.
+"""Taking a built, compiled tf.keras model apart and putting it together again, unchanged but for placement.
 
-Strategy backends must create variables inside `strategy.scope()`; a model built outside it has to be
-rebuilt there with the same architecture, weights, optimizer (learning rate scaled) and compile
-arguments. Horovod keeps the model but recompiles it with a wrapped optimizer. Both start here.
+Strategy backends must create variables inside `strategy.scope()`; a model built outside it is rebuilt
+there with Keras' own `clone_model`, its build config and its weights. The optimizer is rebuilt from its
+config with the scaled learning rate; losses and metrics are new objects of the same configuration.
 """
 
 from __future__ import annotations
@@ -13,17 +13,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kscale import _keras_private
 from kscale.errors import ModelError
-
-_COMPILE_KEYS = (
-    "loss",
-    "metrics",
-    "loss_weights",
-    "weighted_metrics",
-    "run_eagerly",
-    "steps_per_execution",
-    "jit_compile",
-)
 
 
 def check_model(model: Any) -> tf.keras.Model:
@@ -40,23 +31,13 @@ def check_model(model: Any) -> tf.keras.Model:
             "broadcast. Build it first, e.g. give the first layer an input_shape, call "
             "`model.build(input_shape)`, or call it once on a batch."
         )
-    if not getattr(model, "_is_compiled", False) or model.optimizer is None:
+    if model.optimizer is None:
         raise ModelError(
             f"model {model.name!r} is not compiled. Call `model.compile(optimizer=..., loss=..., "
             "metrics=...)` before `kscale.distribute(model)`: kscale scales the optimizer's learning rate "
             "and keeps your loss and metrics."
         )
     return model
-
-
-def compile_args(model: tf.keras.Model) -> dict:
-    """The arguments `model.compile` was called with, except the optimizer."""
-    stored = getattr(model, "_compile_config", None)
-    config = dict(stored.config) if stored is not None else {}
-    args = {key: config.get(key) for key in _COMPILE_KEYS if config.get(key) is not None}
-    if getattr(model, "_run_eagerly", None):
-        args["run_eagerly"] = True
-    return args
 
 
 def _clone_keras_object(obj: Any) -> Any:
@@ -79,9 +60,7 @@ def clone_compile_args(args: dict) -> dict:
 
 def learning_rate_of(optimizer: Any) -> float | tf.keras.optimizers.schedules.LearningRateSchedule:
     """The optimizer's learning rate as given by the user: a float or the schedule object."""
-    lr = getattr(optimizer, "_learning_rate", None)
-    if lr is None and hasattr(optimizer, "_get_hyper"):  # legacy optimizers
-        lr = optimizer._get_hyper("learning_rate")
+    lr = _keras_private.learning_rate_object(optimizer)
     if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
         return lr
     if lr is None:
@@ -102,62 +81,55 @@ def clone_optimizer(optimizer: Any, learning_rate: Any) -> Any:
     return optimizer.__class__.from_config(config)
 
 
-def recompile(model: tf.keras.Model, optimizer: Any, args: dict) -> tf.keras.Model:
-    """Compile `model` again with `optimizer` and its own other compile arguments."""
-    model.compile(optimizer=optimizer, **args)
-    return model
-
-
 def rebuild_in_scope(model: tf.keras.Model, strategy: tf.distribute.Strategy) -> tf.keras.Model:
     """The same architecture, built inside `strategy.scope()`, holding `model`'s weights."""
     weights = model.get_weights()
     with strategy.scope():
-        if _is_graph_network(model):
-            clone = tf.keras.models.clone_model(model)
-        else:
-            clone = _rebuild_subclassed(model)
+        clone = _clone(model)
+        if not clone.built:
+            _build_like(clone, model)
         clone.set_weights(weights)
     _check_same_weights(weights, clone.get_weights(), model.name)
     return clone
 
 
-def _is_graph_network(model: tf.keras.Model) -> bool:
-    return isinstance(model, tf.keras.Sequential) or getattr(model, "_is_graph_network", False)
-
-
-def _rebuild_subclassed(model: tf.keras.Model) -> tf.keras.Model:
+def _clone(model: tf.keras.Model) -> tf.keras.Model:
+    """Keras' clone_model: Sequential and functional models layer by layer, others through their config."""
     try:
-        config = model.get_config()
+        model.get_config()
     except NotImplementedError:
-        config = None
-    if config is None:
         raise ModelError(
             f"subclassed model {type(model).__name__} has no get_config(), so kscale cannot rebuild it "
             "inside the distribution strategy's scope. Either implement get_config() (returning the "
             "arguments of __init__) or create the model inside `with kscale.scope():` and pass that."
-        )
+        ) from None
     try:
-        clone = model.__class__.from_config(config)
-    except Exception as err:  # the user's from_config: anything can go wrong there
+        return tf.keras.models.clone_model(model)
+    except Exception as err:  # the user's get_config/from_config: anything can go wrong there
         raise ModelError(
+            f"cloning model {model.name!r} with Keras' clone_model, i.e. "
             f"{type(model).__name__}.from_config(model.get_config()) failed ({err}); fix get_config() so "
             "it returns the __init__ arguments, or create the model inside `with kscale.scope():`."
         ) from err
-    spec = model._get_save_spec(dynamic_batch=False) if hasattr(model, "_get_save_spec") else None
-    if spec is not None:
-        args, kwargs = spec if isinstance(spec, tuple) and len(spec) == 2 else ((spec,), {})
-        dummy = tf.nest.map_structure(
+
+
+def _build_like(clone: tf.keras.Model, model: tf.keras.Model) -> None:
+    """Create the clone's weights from what the original was built with (a subclassed model's input)."""
+    spec = model.save_spec(dynamic_batch=False)
+    if spec is not None:  # the original was called on data: call the clone on zeros of the same spec
+        args, kwargs = spec
+        zeros = tf.nest.map_structure(
             lambda s: tf.zeros([1 if d is None else d for d in s.shape], s.dtype), (args, kwargs)
         )
-        clone(*dummy[0], **dummy[1])
-    elif getattr(model, "_build_input_shape", None) is not None:
-        clone.build(model._build_input_shape)
-    else:
+        clone(*zeros[0], **zeros[1])
+        return
+    build_config = model.get_build_config()
+    if not build_config:
         raise ModelError(
             f"cannot tell which inputs subclassed model {type(model).__name__} takes; call it once on a "
             "batch before kscale.distribute(), or create it inside `with kscale.scope():`."
         )
-    return clone
+    clone.build_from_config(build_config)
 
 
 def _check_same_weights(before: list[np.ndarray], after: list[np.ndarray], name: str) -> None:

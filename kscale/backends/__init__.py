@@ -6,6 +6,9 @@ second `distribute()` or `kscale.scope()` reuses it.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import tensorflow as tf
 
 from kscale import environment
@@ -53,6 +56,41 @@ def current(name: str | None = None, devices: list[str] | None = None) -> Backen
     backend.setup()
     _current = backend
     return backend
+
+
+def parse_options(backend: Backend, keywords: dict[str, Any], common: list[str]) -> Any:
+    """`backend`'s own options from the keywords `distribute()` did not know, or an error naming them.
+
+    An option of another backend is checked by that backend (a bad value fails the same way on a laptop
+    as on the cluster) and then refused here, so a script never silently trains without it.
+    """
+    owners: dict[str, list[type[Backend]]] = {}
+    for cls in REGISTRY.values():
+        for field in dataclasses.fields(cls.Options):
+            owners.setdefault(field.name, []).append(cls)
+    unknown = sorted(k for k in keywords if k not in owners)
+    if unknown:
+        per_backend = "; ".join(
+            f"{cls.name}: {', '.join(sorted(f.name for f in dataclasses.fields(cls.Options)))}"
+            for cls in REGISTRY.values()
+            if dataclasses.fields(cls.Options)
+        )
+        raise OptionError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for kscale.distribute(); valid options are "
+            f"{', '.join(common)}, and those of one backend ({per_backend})."
+        )
+    own = {f.name for f in dataclasses.fields(backend.Options)}
+    foreign = sorted(k for k in keywords if k not in own)
+    if foreign:
+        owner = owners[foreign[0]][0]
+        owner.Options(**{k: keywords[k] for k in foreign if owner in owners[k]})
+        raise OptionError(
+            f"{', '.join(foreign)} {'is an option' if len(foreign) == 1 else 'are options'} of the "
+            f"{owner.name!r} backend, but this process runs the {backend.name!r} backend, which does not "
+            f"have {'it' if len(foreign) == 1 else 'them'}. Drop {'it' if len(foreign) == 1 else 'them'}, "
+            f"or launch the script so that it runs the {owner.name!r} backend."
+        )
+    return backend.Options(**keywords)
 
 
 def reset() -> None:

@@ -1,4 +1,4 @@
-"""What the two tf.distribute backends (mirrored, multi_worker) share: rebuild in scope, sync weights."""
+"""What the two tf.distribute backends (mirrored, multi_worker) share: build in scope, feed the strategy."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale.backends.base import Backend
-from kscale.model_rebuild import clone_compile_args, rebuild_in_scope
+from kscale import data
+from kscale.backends._tf_keras import TFKerasBackend
+from kscale.errors import DataError
+from kscale.model_rebuild import clone_compile_args, clone_optimizer, rebuild_in_scope
 
 
-class StrategyBackend(Backend):
+class StrategyBackend(TFKerasBackend):
     """A backend whose replicas are driven by one `tf.distribute.Strategy` per process."""
 
     def __init__(self, env, devices=None):
@@ -42,18 +44,63 @@ class StrategyBackend(Backend):
     def scope(self) -> contextlib.AbstractContextManager:
         return self.strategy.scope()
 
-    def prepare_model(
-        self, model: tf.keras.Model, make_optimizer: Callable[[], Any], compile_args: dict
-    ) -> tf.keras.Model:
+    # -- the model: variables must live in the strategy's scope ------------------------------------------
+    def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         if getattr(model, "distribute_strategy", None) is self.strategy:
-            distributed = model  # built inside kscale.scope(): nothing to rebuild
+            placed = model  # built inside kscale.scope(): nothing to rebuild
         else:
-            distributed = rebuild_in_scope(model, self.strategy)
-        with self.strategy.scope():
-            distributed.compile(optimizer=make_optimizer(), **clone_compile_args(compile_args))
+            placed = rebuild_in_scope(model, self.strategy)
         if self.num_workers > 1:
-            broadcast_from_first_replica(self.strategy, distributed.weights)
-        return distributed
+            broadcast_from_first_replica(self.strategy, placed.weights)
+        return placed
+
+    def compile(
+        self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
+    ) -> None:
+        # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
+        with self.strategy.scope():
+            compile_fn(
+                optimizer=self.optimizer_for(optimizer, learning_rate, options), **clone_compile_args(args)
+            )
+
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
+        return clone_optimizer(optimizer, rate)
+
+    # -- data: this worker's part, as a distributed dataset ----------------------------------------------
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: data.FeedRequest) -> data.Feed:
+        part = data.worker_part(x, y, sample_weight, request)
+        if part.kind == "other":
+            return data.one_process_feed(part, request)
+        dataset = data.as_dataset(part, request)
+        per_worker = self.replicas_per_worker
+        batches = data.dataset_batches(dataset)
+        available = data.steps_for(batches, per_worker)
+        if available is not None and available < 1:
+            raise DataError(
+                f"the {request.what} has {batches} batch(es) per worker, fewer than the {per_worker} replicas "
+                "of this worker: no step can run. Use a smaller batch or more data."
+            )
+        data.check_steps(request.steps, available, request)
+        steps, notes = request.steps, list(part.notes)
+        if steps is None:
+            if available is None:
+                raise data.unknown_length(request.what)
+            steps = available
+            if batches % per_worker:
+                notes.append(
+                    f"{batches % per_worker} trailing batch(es) per epoch unused so replicas stay even"
+                )
+        # Keras does not restart a distributed dataset between epochs when steps are given: take
+        # exactly one epoch's batches and repeat them, so every epoch is one full pass.
+        epoch = dataset.take(steps * per_worker).repeat()
+        distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
+        return data.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
+
+    def user_callbacks(self, callbacks: list) -> list:
+        from kscale.callbacks import for_this_worker
+
+        return for_this_worker(callbacks, self.is_chief, multi_worker_strategy=self.num_workers > 1)
 
 
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[tf.Variable]) -> None:

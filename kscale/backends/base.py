@@ -1,40 +1,44 @@
-"""The seam every backend fits behind: set up devices, prepare the model, feed data, reduce results."""
+"""The seam every backend fits behind: devices, the model and its optimizer, data, callbacks, results, files.
+
+`kscale.distribute()` and the methods it gives the model ask the backend for everything that differs
+between ways of running; nothing outside `kscale/backends/` asks which backend it is.
+"""
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
-
-import tensorflow as tf
 
 from kscale.environment import Environment
 
 
-class Backend(abc.ABC):
-    """One way of running a Keras model on one or more replicas.
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """A backend without options of its own."""
 
-    Subclasses say when they apply (`detect`), how many replicas they run, and how a compiled model
-    becomes a distributed one. Everything that does not depend on the backend (plan arithmetic,
-    callbacks, the model proxy) lives outside this package.
-    """
+
+class Backend(abc.ABC):
+    """One way of running a Keras model on one or more replicas."""
 
     name: ClassVar[str]
-    #: True when prepare_model takes `compression` and `backward_passes_per_step`.
-    supports_gradient_options: ClassVar[bool] = False
+    #: This backend's own `distribute()` options: a frozen dataclass that checks its values itself.
+    Options: ClassVar[type] = NoOptions
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
         self.requested_devices = devices
 
+    # -- when it applies, and how big the world is --------------------------------------------------------
     @classmethod
     @abc.abstractmethod
     def detect(cls, env: Environment) -> bool:
         """Whether this backend is the natural choice for this process (checked in registry order)."""
 
     def setup(self) -> None:
-        """Initialise the runtime and pin devices; called once before the model is prepared."""
+        """Initialise the runtime and pin devices; called once, before the first model."""
 
     @property
     def num_workers(self) -> int:
@@ -61,35 +65,93 @@ class Backend(abc.ABC):
     def devices(self) -> tuple[str, ...]:
         return ()
 
-    @abc.abstractmethod
-    def prepare_model(
-        self, model: tf.keras.Model, make_optimizer: Callable[[], Any], compile_args: dict
-    ) -> tf.keras.Model:
-        """Return a model compiled with `make_optimizer()` that trains on all replicas.
-
-        The optimizer comes from a factory because strategy backends must create it inside their scope.
-        """
-
-    def callbacks(self) -> list[tf.keras.callbacks.Callback]:
-        """Callbacks this backend needs during fit (broadcast, metric averaging)."""
-        return []
-
-    def average(self, values: list[float]) -> list[float]:
-        """Average per-worker numbers (evaluate's results) over workers.
-
-        Identity here: in one process there is nothing to average, and tf.distribute strategies already
-        reduce evaluate() over all replicas. Horovod, whose workers evaluate alone, overrides it.
-        """
-        return values
-
     def scope(self) -> contextlib.AbstractContextManager:
         """Context in which models are built for this backend (a strategy scope, or nothing)."""
         return contextlib.nullcontext()
 
-    @property
-    def strategy(self) -> tf.distribute.Strategy | None:
-        """The tf.distribute strategy, for backends that use one."""
-        return None
+    # -- the model ------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def check_model(self, model: Any) -> None:
+        """Raise a ModelError unless `model` is a built, compiled model this backend can train."""
+
+    def place_model(self, model: Any) -> Any:
+        """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
+        return model
+
+    @abc.abstractmethod
+    def resolve_optimizer(self, optimizer: Any) -> Any:
+        """An optimizer object for what compile() accepts (an object, or a name such as 'adam')."""
+
+    @abc.abstractmethod
+    def learning_rate_of(self, optimizer: Any) -> Any:
+        """The optimizer's learning rate as the user gave it: a float or a schedule."""
+
+    @abc.abstractmethod
+    def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
+        """`rate` × `factor`, ramped up from `rate` when `warmup` (the steps are set when fit starts)."""
+
+    @abc.abstractmethod
+    def describe_learning_rate(self, rate: Any) -> float | str:
+        """A short form for the printed plan."""
+
+    def compile(
+        self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
+    ) -> None:
+        """Compile with `optimizer` (its rate replaced by `learning_rate` unless None) as this backend trains."""
+        compile_fn(optimizer=self.optimizer_for(optimizer, learning_rate, options), **args)
+
+    @abc.abstractmethod
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        """The optimizer compile() gets: the user's (with the new rate) and whatever this backend wraps it in."""
+
+    def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
+        """Set the warmup length on a rate from scaled_learning_rate(); False if it has no warmup."""
+        return False
+
+    # -- data -------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
+        """This worker's part of the data, in the form the model's own fit/evaluate take (a data.Feed)."""
+
+    def predict_batch_size(self, per_replica: int) -> int:
+        """The batch predict() runs with on this worker for a per-replica batch."""
+        return per_replica * self.replicas_per_worker
+
+    # -- callbacks and results ---------------------------------------------------------------------------
+    def own_callbacks(self) -> list:
+        """Callbacks this backend itself needs during fit (broadcasting weights, averaging metrics)."""
+        return []
+
+    @abc.abstractmethod
+    def user_callbacks(self, callbacks: list) -> list:
+        """The user's callbacks as this worker runs them: the same objects, or ones that forward to them."""
+
+    def callbacks(self, user_callbacks: list) -> list:
+        """What this worker's fit runs: the backend's own first (weights are broadcast and metrics averaged
+        before anything else reads them), then the user's."""
+        return self.own_callbacks() + self.user_callbacks(user_callbacks)
+
+    def average(self, values: list[float]) -> list[float]:
+        """Average per-worker numbers over workers, so every worker reports the same.
+
+        Identity here: one process has nothing to average, and tf.distribute strategies already reduce
+        over all replicas. Backends whose workers compute alone (Horovod) override it.
+        """
+        return values
+
+    # -- files ------------------------------------------------------------------------------------------------
+    def save(
+        self, filepath: Any, write: Callable[[Any], None], may_be_folder: bool = True, replace: bool = True
+    ) -> None:
+        """Write a model or weights: the chief writes, atomically; other workers write nothing.
+
+        `may_be_folder=False`: `write` writes files only (weights). `replace=False`: the user asked not to
+        overwrite an existing file, so Keras' own `write` must find it and decide.
+        """
+        from kscale.checkpoint_io import atomic_save
+
+        if self.is_chief:
+            atomic_save(filepath, write, may_be_folder, replace)
 
 
 class OneProcess:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import tensorflow as tf
 
 from kscale.backends._strategy import StrategyBackend
+from kscale.checkpoint_io import atomic_save, scratch_save
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 
@@ -32,3 +36,13 @@ class MultiWorkerBackend(StrategyBackend):
                 "the top of your script, before building the model: kscale then sets the strategy up at "
                 "import time (it does so whenever TF_CONFIG names several workers)."
             ) from err
+
+    def save(
+        self, filepath: Any, write: Callable[[Any], None], may_be_folder: bool = True, replace: bool = True
+    ) -> None:
+        # Saving reads variables that are synchronised on read, a collective: every worker saves, as
+        # TensorFlow requires; the chief's copy is kept, the others are written to scratch and deleted.
+        if self.is_chief:
+            atomic_save(filepath, write, may_be_folder, replace)
+        else:
+            scratch_save(filepath, write)

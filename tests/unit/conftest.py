@@ -11,8 +11,7 @@ import tensorflow as tf
 
 import kscale
 from kscale import backends, environment
-from kscale.backends.base import Backend
-from kscale.model_rebuild import recompile
+from kscale.backends._tf_keras import TFKerasBackend
 
 #: Prefixes of the variables a launcher sets; unit tests must not see the ones of a surrounding job.
 LAUNCHER_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "MPI_LOCAL", "SLURM_", "TF_CONFIG", "KSCALE_")
@@ -59,7 +58,7 @@ def regression_data(n: int = 16, inputs: int = 3, seed: int = 0) -> tuple[np.nda
     return x, y
 
 
-class StubWorkers(Backend):
+class StubWorkers(TFKerasBackend):
     """A backend that says it is worker `worker_index` of `num_workers` one-device processes.
 
     Like Horovod, each replica is a process and there is no strategy, but there are no collectives:
@@ -85,17 +84,12 @@ class StubWorkers(Backend):
     def worker_index(self) -> int:
         return self._index
 
-    def prepare_model(self, model, make_optimizer, compile_args):
-        return recompile(model, make_optimizer(), compile_args)
-
 
 @pytest.fixture
-def distribute_as_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[..., kscale.DistributedModel]:
+def distribute_as_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tf.keras.Model]:
     """`distribute_as_worker(model, worker_index=0, num_workers=2, **options)`: kscale.distribute on a stub."""
 
-    def make(
-        model: tf.keras.Model, worker_index: int = 0, num_workers: int = 2, **options
-    ) -> kscale.DistributedModel:
+    def make(model: tf.keras.Model, worker_index: int = 0, num_workers: int = 2, **options) -> tf.keras.Model:
         stub = StubWorkers(worker_index, num_workers)
         monkeypatch.setattr(backends, "current", lambda *args, **kwargs: stub)
         options.setdefault("print_plan", False)

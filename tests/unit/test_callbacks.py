@@ -7,13 +7,9 @@ import os
 import pytest
 import tensorflow as tf
 
-from kscale.callbacks import (
-    AtomicModelCheckpoint,
-    atomic_checkpoint,
-    chief_only,
-    for_this_worker,
-    is_chief_only,
-)
+import kscale
+from kscale import checkpoint_io
+from kscale.callbacks import AverageMetrics, ChiefWritesBackup, chief_only, for_this_worker, is_chief_only
 
 from .conftest import regression_data, tiny_model
 
@@ -81,65 +77,6 @@ def test_chief_only_is_exported_at_the_top_level():
     assert kscale.chief_only is chief_only
 
 
-def test_atomic_checkpoint_keeps_the_settings_of_the_original(tmp_path):
-    original = tf.keras.callbacks.ModelCheckpoint(
-        str(tmp_path / "best-{epoch:02d}.h5"),
-        monitor="val_loss",
-        save_best_only=True,
-        save_weights_only=True,
-        mode="min",
-        save_freq=5,
-        initial_value_threshold=0.5,
-    )
-    atomic = AtomicModelCheckpoint.from_checkpoint(original)
-    assert isinstance(atomic, AtomicModelCheckpoint) and isinstance(
-        atomic, tf.keras.callbacks.ModelCheckpoint
-    )
-    assert atomic is not original
-    for attribute in ("filepath", "monitor", "save_best_only", "save_weights_only", "save_freq", "best"):
-        assert getattr(atomic, attribute) == getattr(original, attribute), attribute
-    assert atomic.monitor_op is original.monitor_op
-    assert AtomicModelCheckpoint.from_checkpoint(atomic) is atomic
-
-
-@pytest.fixture
-def atomic_save_calls(monkeypatch) -> list[str]:
-    """Record every path AtomicModelCheckpoint hands to atomic_save (which still runs)."""
-    calls: list[str] = []
-    real = atomic_checkpoint.atomic_save
-
-    def spy(filepath, save):
-        calls.append(filepath)
-        real(filepath, save)
-
-    monkeypatch.setattr(atomic_checkpoint, "atomic_save", spy)
-    return calls
-
-
-@pytest.mark.parametrize(
-    ("filename", "weights_only"), [("model.h5", False), ("weights.h5", True), ("model.keras", False)]
-)
-def test_atomic_checkpoint_saves_through_atomic_save(tmp_path, atomic_save_calls, filename, weights_only):
-    model = tiny_model()
-    target = str(tmp_path / filename)
-    callback = AtomicModelCheckpoint(target, save_weights_only=weights_only)
-    model.fit(*regression_data(8), batch_size=4, epochs=2, callbacks=[callback], verbose=0)
-    assert atomic_save_calls == [target, target]
-    assert os.listdir(tmp_path) == [filename]  # no staging folder left behind
-
-
-@pytest.mark.usefixtures("single_process")
-def test_distributed_fit_turns_model_checkpoint_atomic(tmp_path, atomic_save_calls):
-    import kscale
-
-    distributed = kscale.distribute(tiny_model(), print_plan=False)
-    target = str(tmp_path / "epoch-{epoch}.h5")
-    user_callback = tf.keras.callbacks.ModelCheckpoint(target)
-    distributed.fit(*regression_data(8), batch_size=4, epochs=2, callbacks=[user_callback], verbose=0)
-    assert atomic_save_calls == [str(tmp_path / "epoch-1.h5"), str(tmp_path / "epoch-2.h5")]
-    assert sorted(os.listdir(tmp_path)) == ["epoch-1.h5", "epoch-2.h5"]
-
-
 @pytest.mark.parametrize(("worker", "written"), [(0, True), (1, False)])
 def test_distributed_fit_writes_logs_on_the_chief_only(tmp_path, distribute_as_worker, worker, written):
     distributed = distribute_as_worker(tiny_model(), worker_index=worker)
@@ -148,3 +85,139 @@ def test_distributed_fit_writes_logs_on_the_chief_only(tmp_path, distribute_as_w
         *regression_data(8), batch_size=2, callbacks=[tf.keras.callbacks.CSVLogger(str(log))], verbose=0
     )
     assert log.exists() is written
+
+
+# -- the user's own callback objects run, and their state is the user's to read ----------------------------
+@pytest.fixture
+def atomic_saves(monkeypatch) -> list[str]:
+    """Every path the backend hands to checkpoint_io.atomic_save (which still runs)."""
+    calls: list[str] = []
+    real = checkpoint_io.atomic_save
+
+    def spy(filepath, save, *args, **kwargs):
+        calls.append(str(filepath))
+        real(filepath, save, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_io, "atomic_save", spy)
+    return calls
+
+
+@pytest.mark.usefixtures("single_process")
+def test_model_checkpoint_is_the_users_object_and_saves_atomically(tmp_path, atomic_saves):
+    distributed = kscale.distribute(tiny_model(lr=0.05), print_plan=False)
+    x, y = regression_data(16)
+    checkpoint = tf.keras.callbacks.ModelCheckpoint(
+        str(tmp_path / "best.keras"), monitor="val_loss", save_best_only=True
+    )
+    stopping = tf.keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=1e9)
+    history = distributed.fit(
+        x, y, batch_size=4, epochs=5, validation_data=(x, y), callbacks=[checkpoint, stopping], verbose=0
+    )
+    assert checkpoint.best < float("inf") and checkpoint.best == pytest.approx(
+        min(history.history["val_loss"])
+    )
+    assert checkpoint.model is distributed
+    assert stopping.stopped_epoch == 1  # no epoch improves by 1e9: stops after patience 0
+    assert isinstance(history, tf.keras.callbacks.History) and history.model is distributed
+    losses = history.history["val_loss"]
+    improved = sum(loss < min(losses[:i], default=float("inf")) for i, loss in enumerate(losses))
+    assert atomic_saves == [str(tmp_path / "best.keras")] * improved
+    assert sorted(os.listdir(tmp_path)) == ["best.keras"]  # no staging folder left behind
+
+
+class EveryOtherEpoch(tf.keras.callbacks.ModelCheckpoint):
+    """A user's subclass with a method of its own, used by its own hook."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epochs_seen: list[int] = []
+
+    def wanted(self, epoch: int) -> bool:
+        return epoch % 2 == 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs_seen.append(epoch)
+        if self.wanted(epoch):
+            super().on_epoch_end(epoch, logs)
+
+
+@pytest.mark.usefixtures("single_process")
+def test_a_model_checkpoint_subclass_keeps_its_methods(tmp_path, atomic_saves):
+    distributed = kscale.distribute(tiny_model(), print_plan=False)
+    mine = EveryOtherEpoch(str(tmp_path / "e{epoch}.h5"), save_weights_only=True)
+    distributed.fit(*regression_data(8), batch_size=4, epochs=4, callbacks=[mine], verbose=0)
+    assert mine.epochs_seen == [0, 1, 2, 3]
+    assert sorted(os.listdir(tmp_path)) == ["e2.h5", "e4.h5"]
+    assert atomic_saves == [str(tmp_path / "e2.h5"), str(tmp_path / "e4.h5")]
+
+
+class SavesTheModel(tf.keras.callbacks.Callback):
+    """A user's callback that saves through self.model, as plain Keras code does."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.save(self.path)
+
+
+@pytest.mark.parametrize(("worker", "written"), [(0, True), (1, False)])
+def test_self_model_save_in_a_users_callback_writes_on_the_chief_only(
+    tmp_path, distribute_as_worker, worker, written
+):
+    distributed = distribute_as_worker(tiny_model(), worker_index=worker)
+    target = tmp_path / "model.keras"
+    distributed.fit(*regression_data(8), batch_size=2, callbacks=[SavesTheModel(str(target))], verbose=0)
+    assert target.exists() is written
+    assert [p for p in os.listdir(tmp_path) if ".tmp-" in p] == []
+
+
+# -- the backends' own callbacks -----------------------------------------------------------------------------
+def test_average_metrics_replaces_every_value_by_the_backends_average():
+    seen = []
+
+    def average(values):
+        seen.append(list(values))
+        return [v * 10 for v in values]
+
+    logs = {"val_loss": 3.0, "loss": 1.0, "mae": 2.0}
+    AverageMetrics(average).on_epoch_end(0, logs)
+    assert seen == [[1.0, 2.0, 3.0]]  # one reduction, in name order (the same on every worker)
+    assert logs == {"loss": 10.0, "mae": 20.0, "val_loss": 30.0}
+
+
+@pytest.mark.parametrize("is_chief", [True, False])
+def test_chief_writes_backup_restores_everywhere_and_writes_on_the_chief_only(tmp_path, is_chief):
+    backup_dir = tmp_path / "backup"
+    x, y = regression_data(8)
+    first = tiny_model(seed=1)
+    first.fit(
+        x,
+        y,
+        batch_size=4,
+        epochs=2,
+        verbose=0,
+        callbacks=[tf.keras.callbacks.BackupAndRestore(str(backup_dir), delete_checkpoint=False)],
+    )
+    before = sorted(os.listdir(backup_dir / "chief"))
+    barriers = []
+    users = tf.keras.callbacks.BackupAndRestore(str(backup_dir), delete_checkpoint=False)
+    wrapped = ChiefWritesBackup(users, is_chief, lambda: barriers.append(1))
+    resumed = tiny_model(seed=2)
+    history = resumed.fit(x, y, batch_size=4, epochs=4, verbose=0, callbacks=[wrapped])
+    assert history.epoch == [2, 3]  # restored from the backup of 2 epochs on every worker
+    assert barriers == [1]
+    after = sorted(os.listdir(backup_dir / "chief"))
+    assert (after != before) is is_chief  # the chief wrote epochs 2 and 3; the others wrote nothing
+    assert users.model is resumed  # the user's object did the work
+
+
+def test_chief_writes_backup_calls_batch_hooks_only_when_the_backup_does(tmp_path):
+    per_epoch = ChiefWritesBackup(tf.keras.callbacks.BackupAndRestore(str(tmp_path)), True, lambda: None)
+    per_batches = ChiefWritesBackup(
+        tf.keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=3), True, lambda: None
+    )
+    assert not per_epoch._implements_train_batch_hooks()
+    assert per_batches._implements_train_batch_hooks()
+    assert per_epoch._supports_tf_logs

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kscale.checkpoint_io import atomic_save
+from kscale.checkpoint_io import atomic_save, renames_folders, scratch_save, split
 
 from .conftest import tiny_model
 
@@ -118,3 +119,79 @@ def test_a_save_that_fails_midway_leaves_the_previous_checkpoint(tmp_path, model
         atomic_save(str(target), failing_save(partial))
     assert snapshot(tmp_path) == before
     assert leftovers(tmp_path) == []
+
+
+# -- URLs: every file system tf.io.gfile knows ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "folder", "name"),
+    [
+        ("gs://bucket/runs/model.keras", "gs://bucket/runs", "model.keras"),
+        ("ram://x/ckpt/", "ram://x", "ckpt"),
+        ("model.h5", ".", "model.h5"),
+        ("runs/1/model.h5", "runs/1", "model.h5"),
+    ],
+)
+def test_split_never_turns_a_url_into_a_local_path(path, folder, name):
+    assert split(path) == (folder, name)
+
+
+def test_only_local_paths_rename_folders():
+    assert renames_folders("/tmp/x") and renames_folders("relative/x") and renames_folders("file:///tmp/x")
+    assert (
+        not renames_folders("gs://b/x") and not renames_folders("ram://x") and not renames_folders("s3://b/x")
+    )
+
+
+@pytest.fixture
+def ram() -> str:
+    return f"ram://checkpoint-io/{uuid.uuid4().hex}"
+
+
+@pytest.mark.parametrize(("name", "kind"), [("model.keras", "model"), ("ckpt", "weights")])
+def test_ram_saves_are_staged_and_renamed(ram, model, name, kind):
+    target = f"{ram}/{name}"
+    write = (lambda path: model.save(path)) if kind == "model" else (lambda path: model.save_weights(path))
+    atomic_save(target, write, may_be_folder=kind == "model")
+    names = sorted(tf.io.gfile.listdir(ram))
+    assert names == (
+        ["model.keras"] if kind == "model" else ["checkpoint", "ckpt.data-00000-of-00001", "ckpt.index"]
+    )
+    with pytest.raises(OSError, match="disk full"):
+        atomic_save(target, failing_gfile_save(), may_be_folder=kind == "model")
+    assert sorted(tf.io.gfile.listdir(ram)) == names  # the failed save left the previous one alone
+
+
+def failing_gfile_save():
+    def save(path: str) -> None:
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(b"half")
+        raise OSError("disk full")
+
+    return save
+
+
+def test_a_saved_model_folder_on_ram_is_written_in_place(ram, model):
+    # ram:// cannot rename a folder with its files (documented): the folder is written where asked.
+    atomic_save(f"{ram}/saved", lambda path: model.save(path, save_format="tf"))
+    assert_same_weights(tf.keras.models.load_model(f"{ram}/saved"), model)
+
+
+def test_overwrite_false_hands_the_real_path_to_the_save(tmp_path, model):
+    target = tmp_path / "model.h5"
+    target.write_bytes(b"keep me")
+    seen = []
+    atomic_save(str(target), seen.append, replace=False)
+    assert seen == [str(target)] and target.read_bytes() == b"keep me"
+
+
+def test_scratch_save_writes_beside_the_target_and_leaves_nothing(tmp_path, model):
+    seen = []
+
+    def save(path):
+        seen.append(path)
+        model.save(path)
+        assert os.path.exists(path)
+
+    scratch_save(str(tmp_path / "model.keras"), save)
+    assert len(seen) == 1 and os.path.dirname(os.path.dirname(seen[0])) == str(tmp_path)
+    assert os.listdir(tmp_path) == []

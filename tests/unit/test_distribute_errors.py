@@ -78,6 +78,7 @@ def test_unknown_option_name_lists_the_valid_ones():
     assert "unknown option(s) 'learning_rate'" in message
     for option in ("lr_scaling", "data_policy", "batch_semantics", "warmup_epochs", "backend"):
         assert option in message
+    assert "horovod: backward_passes_per_step, compression" in message
 
 
 @pytest.mark.parametrize(
@@ -131,7 +132,8 @@ def test_horovod_only_options_are_refused_by_other_backends():
     with pytest.raises(OptionError) as err:
         kscale.distribute(tiny_model(), backend="single", compression="fp16")
     message = message_of(err)
-    assert "Horovod options" in message and "'single'" in message
+    assert "compression is an option of the 'horovod' backend" in message
+    assert "runs the 'single' backend" in message
 
 
 def test_subclassed_model_without_config_under_a_strategy_backend():
@@ -149,7 +151,7 @@ def test_subclassed_model_without_config_under_a_strategy_backend():
 def test_global_batch_smaller_than_the_replicas(distribute_as_worker):
     model = distribute_as_worker(tiny_model(), batch_semantics="global")
     with pytest.raises(DataError) as err:
-        model._per_replica_batch(1)
+        model.fit(*regression_data(8), batch_size=1, verbose=0)
     message = message_of(err)
     assert "global batch_size=1 cannot be split evenly over 2 replicas" in message
     assert "multiple of 2 (e.g. 2)" in message and "batch_semantics='per_replica'" in message
@@ -157,9 +159,11 @@ def test_global_batch_smaller_than_the_replicas(distribute_as_worker):
 
 def test_global_batch_not_divisible_by_the_replicas(distribute_as_worker):
     model = distribute_as_worker(tiny_model(), batch_semantics="global")
+    x, y = regression_data(12)
     with pytest.raises(DataError, match=r"multiple of 2 \(e.g. 4\)"):
-        model._per_replica_batch(5)
-    assert model._per_replica_batch(6) == 3
+        model.fit(x, y, batch_size=5, verbose=0)
+    model.fit(x, y, batch_size=6, verbose=0)
+    assert (model.kscale_plan.per_replica_batch, model.kscale_plan.global_batch) == (3, 6)
 
 
 def test_global_batch_too_small_in_fit(distribute_as_worker):
@@ -171,8 +175,11 @@ def test_global_batch_too_small_in_fit(distribute_as_worker):
 
 def test_per_replica_batch_is_kept(distribute_as_worker):
     model = distribute_as_worker(tiny_model())
-    assert model._per_replica_batch(3) == 3
-    assert model._per_replica_batch(None) == 32  # Keras' default batch
+    x, y = regression_data(64)
+    model.fit(x, y, batch_size=3, verbose=0)
+    assert (model.kscale_plan.per_replica_batch, model.kscale_plan.global_batch) == (3, 6)
+    model.fit(x, y, verbose=0)
+    assert model.kscale_plan.per_replica_batch == 32  # Keras' default batch
 
 
 @pytest.mark.parametrize("batch", [0, -4, 2.5, "8"])

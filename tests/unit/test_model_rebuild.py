@@ -10,7 +10,6 @@ from kscale.errors import ModelError
 from kscale.model_rebuild import (
     clone_compile_args,
     clone_optimizer,
-    compile_args,
     learning_rate_of,
     rebuild_in_scope,
 )
@@ -112,23 +111,6 @@ def test_subclassed_model_without_get_config_is_a_model_error(strategy):
     message = str(err.value)
     assert "subclassed model RefusesConfig has no get_config()" in message
     assert "implement get_config()" in message and "with kscale.scope():" in message
-
-
-def test_compile_args_keep_what_compile_was_given():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
-    model.compile(optimizer="adam", loss="mse", metrics=["mae"], loss_weights=[0.5], run_eagerly=True)
-    assert compile_args(model) == {
-        "loss": "mse",
-        "metrics": ["mae"],
-        "loss_weights": [0.5],
-        "run_eagerly": True,
-    }
-
-
-def test_compile_args_leave_out_the_optimizer_and_unset_values():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
-    model.compile(optimizer="sgd", loss="mae")
-    assert compile_args(model) == {"loss": "mae"}
 
 
 def test_cloned_compile_args_have_new_metric_and_loss_objects():

@@ -139,7 +139,7 @@ else:
         result["scoped_subclassed"] = {
             "final": weights(trained),
             "iterations": int(trained.optimizer.iterations.numpy()),
-            "same_object": trained.model is net,
+            "same_object": trained is net,
         }
     result.update(final=result["numpy"]["final"], iterations=result["numpy"]["iterations"])
     result["replicas"] = kscale.num_replicas()

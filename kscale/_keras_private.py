@@ -1,0 +1,46 @@
+"""The few private Keras attributes kscale reads, in one place, each with the reason no public one serves.
+
+tests/unit/test_keras_private.py checks each of them on the installed Keras, so an upgrade that renames
+one fails there, loudly, instead of somewhere inside fit().
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def compile_arguments(model: Any) -> dict:
+    """The arguments `model.compile()` was last called with, as the objects the user passed.
+
+    Public `model.get_compile_config()` returns them serialized, and serializing fails for a lambda loss
+    and loses any loss or metric function that is not registered with Keras; kscale must hand the same
+    objects back to `compile()`, so it reads the dict Keras keeps before serializing it.
+    """
+    stored = getattr(model, "_compile_config", None)
+    return dict(stored.config) if stored is not None else {}
+
+
+def learning_rate_object(optimizer: Any) -> Any:
+    """The optimizer's learning rate as given: a float variable, or the LearningRateSchedule itself.
+
+    Public `optimizer.learning_rate` returns, for a schedule, the variable holding the current rate, not
+    the schedule; scaling must wrap the schedule so it keeps decaying.
+    """
+    rate = getattr(optimizer, "_learning_rate", None)
+    if rate is None and hasattr(optimizer, "_get_hyper"):  # Keras 2 legacy optimizers keep it as a hyper
+        rate = optimizer._get_hyper("learning_rate")
+    return rate
+
+
+def callback_hook_flags(callback: Any) -> dict[str, Any]:
+    """How Keras 2's CallbackList decides whether to call a callback's batch hooks, and with which logs.
+
+    A callback that forwards to another must answer these like the callback it forwards to, or Keras
+    calls every batch hook and converts logs to numpy on every batch (a device sync per step).
+    """
+    return {
+        "supports_tf_logs": getattr(callback, "_supports_tf_logs", False),
+        "train_batch_hooks": callback._implements_train_batch_hooks,
+        "test_batch_hooks": callback._implements_test_batch_hooks,
+        "predict_batch_hooks": callback._implements_predict_batch_hooks,
+    }

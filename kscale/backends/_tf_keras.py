@@ -1,0 +1,52 @@
+"""What every backend for tf.keras models shares: optimizers, learning rates, feeding and callbacks.
+
+tf.keras is Keras 2: TensorFlow's own up to TF 2.15, and the `tf_keras` package after it. A backend for
+tf.keras models subclasses `TFKerasBackend` and overrides only what its way of running changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from kscale import data, model_rebuild
+from kscale import learning_rate as lr_lib
+from kscale.backends.base import Backend
+from kscale.callbacks import for_this_worker
+
+
+class TFKerasBackend(Backend):
+    """A backend that trains tf.keras models; alone, one process per replica."""
+
+    def check_model(self, model: Any) -> None:
+        model_rebuild.check_model(model)
+
+    def resolve_optimizer(self, optimizer: Any) -> Any:
+        return tf.keras.optimizers.get(optimizer)
+
+    def learning_rate_of(self, optimizer: Any) -> Any:
+        return model_rebuild.learning_rate_of(optimizer)
+
+    def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
+        return lr_lib.scaled(rate, factor, warmup)
+
+    def describe_learning_rate(self, rate: Any) -> float | str:
+        return lr_lib.describe(rate)
+
+    def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
+        if not isinstance(learning_rate, lr_lib.ScaledLearningRate):
+            return False
+        learning_rate.warmup_steps.assign(steps)
+        return True
+
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        if learning_rate is None:
+            return optimizer  # nothing to change: keep the user's own optimizer
+        return model_rebuild.clone_optimizer(optimizer, learning_rate)
+
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: data.FeedRequest) -> data.Feed:
+        return data.one_process_feed(data.worker_part(x, y, sample_weight, request), request)
+
+    def user_callbacks(self, callbacks: list) -> list:
+        return for_this_worker(callbacks, self.is_chief)

@@ -1,0 +1,50 @@
+"""The choices `kscale.distribute()` makes for every backend, each overridable by the user.
+
+Options that belong to one backend (Horovod's gradient compression, say) are that backend's own: the
+keywords left over here go to `Backend.parse_options`, which knows them and names them in its errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kscale.errors import OptionError
+from kscale.plan import BatchSemantics, DataPolicy, LRScaling, parse_option
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Every choice `distribute()` makes whatever the backend."""
+
+    backend: str | None = None
+    devices: tuple[str, ...] | None = None
+    lr_scaling: LRScaling = LRScaling.LINEAR
+    warmup_epochs: float = 0.0
+    data_policy: DataPolicy = DataPolicy.SHARD
+    batch_semantics: BatchSemantics = BatchSemantics.PER_REPLICA
+    print_plan: bool = True
+
+    @classmethod
+    def parse(cls, options: dict[str, Any]) -> tuple[Options, dict[str, Any]]:
+        """The common options, checked, and the remaining keywords (for the backend)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        common = {k: v for k, v in options.items() if k in names}
+        rest = {k: v for k, v in options.items() if k not in names}
+        for name, enum_type in (
+            ("lr_scaling", LRScaling),
+            ("data_policy", DataPolicy),
+            ("batch_semantics", BatchSemantics),
+        ):
+            if name in common:
+                common[name] = parse_option(enum_type, common[name], name)
+        warmup = common.get("warmup_epochs", 0.0)
+        if not isinstance(warmup, int | float) or isinstance(warmup, bool) or warmup < 0:
+            raise OptionError(f"warmup_epochs={warmup!r} must be a number >= 0 (epochs of gradual warmup).")
+        if common.get("devices") is not None:
+            common["devices"] = tuple(common["devices"])
+        return cls(**common), rest
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return sorted(f.name for f in dataclasses.fields(cls))

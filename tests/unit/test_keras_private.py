@@ -1,0 +1,70 @@
+"""Each private Keras attribute kscale reads (kscale/_keras_private.py), checked on the installed Keras.
+
+If a TensorFlow/Keras upgrade renames one of them, these tests fail here, with the name of what moved,
+instead of distribute() failing somewhere inside a user's training run.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from kscale import _keras_private
+
+
+def test_compile_arguments_are_the_objects_compile_was_given():
+    loss = lambda y, p: tf.reduce_mean(tf.abs(y - p))  # noqa: E731  (a lambda: get_compile_config cannot serialize it)
+    metric = tf.keras.metrics.MeanAbsoluteError()
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(
+        optimizer=optimizer, loss=loss, metrics=[metric, "mse"], loss_weights=[0.5], run_eagerly=True
+    )
+    arguments = _keras_private.compile_arguments(model)
+    assert arguments["optimizer"] is optimizer
+    assert arguments["loss"] is loss
+    assert arguments["metrics"][0] is metric and arguments["metrics"][1] == "mse"
+    assert arguments["loss_weights"] == [0.5] and arguments["run_eagerly"] is True
+
+
+def test_compile_arguments_of_an_uncompiled_model_are_empty():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    assert _keras_private.compile_arguments(model) == {}
+
+
+def test_learning_rate_object_is_the_schedule_itself():
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    optimizer = tf.keras.optimizers.Adam(schedule)
+    assert _keras_private.learning_rate_object(optimizer) is schedule
+    assert optimizer.learning_rate is not schedule  # why the private read: the public one is a variable
+
+
+def test_learning_rate_object_of_a_float_rate_and_of_a_legacy_optimizer():
+    assert abs(float(_keras_private.learning_rate_object(tf.keras.optimizers.SGD(0.3)).numpy()) - 0.3) < 1e-7
+    legacy = tf.keras.optimizers.legacy.SGD(0.2)
+    assert abs(float(tf.keras.backend.get_value(_keras_private.learning_rate_object(legacy))) - 0.2) < 1e-7
+
+
+class Recorder(tf.keras.callbacks.Callback):
+    def __init__(self, batch_hooks: bool):
+        super().__init__()
+        self.batch_hooks = batch_hooks
+        self.batches: list[int] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append(batch)
+
+    def _implements_train_batch_hooks(self):
+        return self.batch_hooks
+
+
+def test_callback_list_calls_batch_hooks_only_when_a_callback_says_it_has_them():
+    quiet = Recorder(batch_hooks=False)
+    tf.keras.callbacks.CallbackList([quiet]).on_train_batch_end(0, {})
+    assert quiet.batches == []  # a forwarding callback that said "yes" would cost a Python call per step
+    busy = Recorder(batch_hooks=True)
+    tf.keras.callbacks.CallbackList([quiet, busy]).on_train_batch_end(0, {})
+    assert quiet.batches == [0] and busy.batches == [0]
+    flags = _keras_private.callback_hook_flags(tf.keras.callbacks.BackupAndRestore("/tmp/unused"))
+    assert flags["supports_tf_logs"] is True
+    assert flags["train_batch_hooks"]() is False
+    assert callable(flags["test_batch_hooks"]) and callable(flags["predict_batch_hooks"])
