@@ -148,10 +148,10 @@ class Backend(abc.ABC):
         `may_be_folder=False`: `write` writes files only (weights). `replace=False`: the user asked not to
         overwrite an existing file, so Keras' own `write` must find it and decide.
         """
-        from kscale.checkpoint_io import atomic_save
+        from kscale import checkpoint_io
 
         if self.is_chief:
-            atomic_save(filepath, write, may_be_folder, replace)
+            checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
 
 
 class OneProcess:

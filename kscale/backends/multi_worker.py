@@ -7,8 +7,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from kscale import checkpoint_io
 from kscale.backends._strategy import StrategyBackend
-from kscale.checkpoint_io import atomic_save, scratch_save
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 
@@ -43,6 +43,6 @@ class MultiWorkerBackend(StrategyBackend):
         # Saving reads variables that are synchronised on read, a collective: every worker saves, as
         # TensorFlow requires; the chief's copy is kept, the others are written to scratch and deleted.
         if self.is_chief:
-            atomic_save(filepath, write, may_be_folder, replace)
+            checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
         else:
-            scratch_save(filepath, write)
+            checkpoint_io.scratch_save(filepath, write)

@@ -68,7 +68,9 @@ def _free_ports(n: int) -> list[int]:
 def tf_config_workers():
     """Run `args` as N processes that form one TF_CONFIG multi-worker cluster on localhost."""
 
-    def launch(n: int, args: list[str], timeout: int = 240) -> list[subprocess.CompletedProcess]:
+    def launch(
+        n: int, args: list[str], timeout: int = 240, check: bool = True
+    ) -> list[subprocess.CompletedProcess]:
         workers = [f"localhost:{p}" for p in _free_ports(n)]
         procs = []
         for index in range(n):
@@ -91,8 +93,9 @@ def tf_config_workers():
         finally:
             for proc in procs:
                 proc.kill()
-        for index, done in enumerate(results):
-            _check(done, f"TF_CONFIG worker {index}")
+        if check:
+            for index, done in enumerate(results):
+                _check(done, f"TF_CONFIG worker {index}")
         return results
 
     return launch
@@ -102,7 +105,9 @@ def tf_config_workers():
 def run_python():
     """Run a plain single Python process with the repo importable."""
 
-    def launch(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
+    def launch(
+        args: list[str], timeout: int = 240, check: bool = True, **extra_env: str
+    ) -> subprocess.CompletedProcess:
         done = subprocess.run(
             [sys.executable, *args],
             env=_worker_env(**extra_env),
@@ -112,6 +117,6 @@ def run_python():
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        return _check(done, "python")
+        return _check(done, "python") if check else done
 
     return launch
