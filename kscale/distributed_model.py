@@ -3,7 +3,7 @@
 What comes back is a Keras model of the user's own class: the very object passed in or, where the
 backend must create the variables elsewhere (inside a tf.distribute strategy's scope), a copy of it with
 the same weights. kscale binds its own `compile`, `fit`, `evaluate`, `predict`, `train_on_batch`,
-`test_on_batch`, `save` and `save_weights` to that one object (instance attributes, the way Keras itself
+`test_on_batch`, `predict_on_batch`, `save` and `save_weights` to that one object (instance attributes, the way Keras itself
 sets `model.train_function`). Each does what distribution changes and calls the class's own method for
 the rest. The class is not changed and no subclass is made, so every Keras API (serialization,
 `clone_model`, SavedModel, nesting in another model, registered custom classes) sees exactly the model
@@ -20,12 +20,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from kscale import _keras_private, backends, log
+from kscale import _keras_private, backends, frameworks, log
 from kscale.backends.base import Backend
-from kscale.data import FeedRequest, Shard, is_array_data, split_validation
-from kscale.errors import DataError, OptionError
+from kscale.errors import DataError, ModelError, OptionError
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
+from kscale.sharding import FeedRequest, Shard, is_array_data, split_validation
 
 _KERAS_DEFAULT_BATCH = 32
 _STATE = "_kscale_state"
@@ -58,7 +58,14 @@ def distribute(model: Any, **options: Any) -> Any:
     scope (then `model` is left as it was). Either way an instance of `model`'s own class.
     """
     opts, keywords = Options.parse(options)
-    backend = backends.current(opts.backend, devices=list(opts.devices) if opts.devices else None)
+    keras = frameworks.keras_of(model)
+    if keras is None:
+        raise ModelError(
+            f"kscale.distribute() takes a Keras model, got {type(model).__module__}.{type(model).__name__}. "
+            "Build it with Keras (tf.keras.Sequential(...), keras.Model(...), or a subclass) and compile it."
+        )
+    devices = list(opts.devices) if opts.devices else None
+    backend = backends.current(opts.backend, devices=devices, keras=keras)
     backend_options = backends.parse_options(backend, keywords, Options.names())
     backend.check_model(model)
     previous = state_of(model)
@@ -222,7 +229,13 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
     a["verbose"] = a.get("verbose", "auto") if state.backend.is_chief else 0
     if a.get("callbacks"):
         a["callbacks"] = state.backend.user_callbacks(list(a["callbacks"]))
-    return _keras(self, "predict")(**a)
+    return state.backend.predict(self, "predict", _keras(self, "predict"), a)
+
+
+def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' predict_on_batch on the batch this worker passes, on this worker."""
+    a = _arguments(self, "predict_on_batch", args, kwargs)
+    return _state(self).backend.predict(self, "predict_on_batch", _keras(self, "predict_on_batch"), a)
 
 
 def _train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
@@ -264,6 +277,7 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "predict": _predict,
     "train_on_batch": _train_on_batch,
     "test_on_batch": _test_on_batch,
+    "predict_on_batch": _predict_on_batch,
     "save": _save,
     "save_weights": _save_weights,
 }
@@ -298,7 +312,7 @@ def _request(
             user_steps, backend.num_replicas, "steps_per_epoch" if "train" in what else "steps"
         )
     shard = Shard(backend.worker_index, backend.num_workers) if policy is DataPolicy.SHARD else Shard()
-    return FeedRequest(per_replica, shuffle, steps, what, policy.value, shard)
+    return FeedRequest(per_replica, shuffle, steps, what, policy.value, shard, backend.replicas_per_worker)
 
 
 def _set_batch_size(arguments: dict, name: str, batch_size: int | None) -> None:

@@ -25,6 +25,7 @@ class Launcher(str, enum.Enum):
     MPI = "mpi"  # mpirun (Open MPI) or an MPICH/Intel MPI PMI launcher
     TF_CONFIG = "tf_config"  # tf.distribute multi-worker
     SLURM = "slurm"  # srun
+    KERAS_DISTRIBUTION = "keras_distribution"  # kscale run / by hand: Keras 3's keras.distribution (JAX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,12 @@ class Environment:
     backend_override: str | None = None
     #: The parsed TF_CONFIG (cluster and task), when the launcher is TF_CONFIG.
     tf_config: Mapping | None = None
+    #: TF_USE_LEGACY_KERAS: True/False if set (Keras 2 from tf_keras on TF >= 2.16), None if unset.
+    legacy_keras: bool | None = None
+    #: KERAS_BACKEND, if set: the backend Keras 3 runs on ("jax", "tensorflow", "torch").
+    keras_backend: str | None = None
+    #: KERAS_DISTRIBUTION_JOB_ADDRESSES: the coordinator (first address) of a keras.distribution job.
+    coordinator: str | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -204,6 +211,32 @@ class TFConfigDetector(_Detector):
         )
 
 
+class KerasDistributionDetector(_Detector):
+    """Keras 3's `keras.distribution.initialize()` variables (JAX multi-process), as kscale run sets them.
+
+    KERAS_DISTRIBUTION_PROCESS_ID / NUM_PROCESSES / JOB_ADDRESSES are Keras' own names; local rank and
+    size come from KSCALE_LOCAL_RANK / KSCALE_LOCAL_SIZE, which kscale run adds (default: one per host).
+    """
+
+    launcher = Launcher.KERAS_DISTRIBUTION
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "KERAS_DISTRIBUTION_PROCESS_ID" in env and "KERAS_DISTRIBUTION_NUM_PROCESSES" in env
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        addresses = env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "")
+        return Environment(
+            launcher=cls.launcher,
+            rank=_int(env, "KERAS_DISTRIBUTION_PROCESS_ID"),
+            world_size=_int(env, "KERAS_DISTRIBUTION_NUM_PROCESSES"),
+            local_rank=_first_int(env, ("KSCALE_LOCAL_RANK",), 0),
+            local_size=_first_int(env, ("KSCALE_LOCAL_SIZE",), 1),
+            coordinator=addresses.split(",")[0].strip() or None,
+        )
+
+
 def _host_of(address: str) -> str:
     return address.rsplit(":", 1)[0]
 
@@ -255,7 +288,13 @@ def _slurm_tasks_on_this_node(env: Mapping[str, str], default: int) -> int:
 
 
 #: Checked in order; the first that matches wins. Horovod before MPI because `horovodrun --mpi` sets both.
-DETECTORS: tuple[type[_Detector], ...] = (HorovodDetector, MPIDetector, TFConfigDetector, SlurmDetector)
+DETECTORS: tuple[type[_Detector], ...] = (
+    HorovodDetector,
+    MPIDetector,
+    TFConfigDetector,
+    SlurmDetector,
+    KerasDistributionDetector,
+)
 
 
 def detect(env: Mapping[str, str] | None = None) -> Environment:
@@ -274,7 +313,20 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
             f"{found.local_rank} of {found.local_size}: ranks must be below their sizes. "
             "Check the launcher's variables (or unset them to run a single process)."
         )
-    return dataclasses.replace(found, backend_override=override)
+    return dataclasses.replace(
+        found,
+        backend_override=override,
+        legacy_keras=_flag(env, "TF_USE_LEGACY_KERAS"),
+        keras_backend=env.get("KERAS_BACKEND") or None,
+    )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    """A boolean variable read as TensorFlow reads TF_USE_LEGACY_KERAS ('1', 'true', 'True'), None if unset."""
+    value = env.get(name)
+    if value is None or value == "":
+        return None
+    return value in ("1", "true", "True")
 
 
 @functools.cache

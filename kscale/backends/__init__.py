@@ -1,50 +1,181 @@
-"""Backends, one file each, picked by the first `detect()` that matches (or by name).
+"""Backends, one file each, picked by the first `detect()` that matches among those for the model's Keras.
 
-`current()` holds the one backend of this process: a strategy or Horovod is set up once, and a
-second `distribute()` or `kscale.scope()` reuses it.
+A backend trains one generation of Keras (2: tf.keras; 3: Keras 3) on some of Keras' own backends; the
+table below says which, so that a lane only ever imports its own backends (the JAX lane has no
+TensorFlow). `current()` holds the one backend of this process: a strategy, Horovod or a
+`keras.distribution` is set up once, and a second `distribute()` or `kscale.scope()` reuses it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
-import tensorflow as tf
-
-from kscale import environment
+from kscale import environment, frameworks
 from kscale.backends.base import Backend
-from kscale.backends.horovod import HorovodBackend
-from kscale.backends.mirrored import MirroredBackend
-from kscale.backends.multi_worker import MultiWorkerBackend
-from kscale.backends.single import SingleBackend
-from kscale.errors import OptionError
+from kscale.errors import BackendError, OptionError
+from kscale.frameworks import KerasInfo
 
-#: In detection order: the first whose detect() is true is picked when the user names none.
-REGISTRY: dict[str, type[Backend]] = {
-    backend.name: backend for backend in (HorovodBackend, MultiWorkerBackend, MirroredBackend, SingleBackend)
-}
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One backend: its name, the Keras it trains, and where its class lives (imported on first use)."""
+
+    name: str
+    keras: int  # 2: tf.keras (Keras 2); 3: Keras 3
+    keras_backends: tuple[str, ...]  # the Keras backends it runs on
+    target: str  # "module:Class"
+
+    def load(self) -> type[Backend]:
+        module, _, cls = self.target.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def fits(self, keras: KerasInfo) -> bool:
+        return self.keras == keras.generation and keras.backend in self.keras_backends
+
+
+#: In detection order: for a model, the first entry that fits its Keras and whose detect() is true.
+REGISTRY: tuple[Entry, ...] = (
+    Entry("horovod", 2, ("tensorflow",), "kscale.backends.horovod:HorovodBackend"),
+    Entry("multi_worker", 2, ("tensorflow",), "kscale.backends.multi_worker:MultiWorkerBackend"),
+    Entry("mirrored", 2, ("tensorflow",), "kscale.backends.mirrored:MirroredBackend"),
+    Entry("single", 2, ("tensorflow",), "kscale.backends.single:SingleBackend"),
+    Entry("jax", 3, ("jax",), "kscale.backends.jax:JaxBackend"),
+    Entry("mirrored", 3, ("tensorflow",), "kscale.backends.keras3_mirrored:Keras3MirroredBackend"),
+    Entry("single", 3, ("jax", "tensorflow", "torch"), "kscale.backends.keras3_single:Keras3SingleBackend"),
+)
+NAMES: tuple[str, ...] = tuple(dict.fromkeys(entry.name for entry in REGISTRY))
 
 _current: Backend | None = None
 
+#: What works instead, for the combinations that cannot (said in every refusal).
+_KERAS_3_MULTI_PROCESS = (
+    "For several processes with a Keras 3 model use Keras 3 on JAX (KERAS_BACKEND=jax; `kscale run -np N "
+    "-- python train.py` starts the processes and kscale sets up keras.distribution), or lane B: "
+    "TensorFlow 2.18 with tf_keras (pip install 'kscale[tf218]', TF_USE_LEGACY_KERAS=1) for horovod and "
+    "multi_worker. In one process, the 'single' and (on TensorFlow) 'mirrored' backends train Keras 3."
+)
+_WHY_NOT = {
+    ("horovod", 3): "Horovod cannot train Keras 3 models: with a Keras 3 optimizer it runs without error "
+    "but never averages gradients, so the workers silently drift apart.",
+    ("multi_worker", 3): "TensorFlow's MultiWorkerMirroredStrategy fails in fit() with Keras 3 models "
+    "(keras-team/keras#20585).",
+    ("jax", 2): "the jax backend trains Keras 3 models with keras.distribution; this is a tf.keras (Keras 2) "
+    "model. Build it with Keras 3 (`import keras`, keras>=3, KERAS_BACKEND=jax), or use horovod / "
+    "multi_worker for tf.keras.",
+}
 
-def resolve(name: str | None = None, env: environment.Environment | None = None) -> type[Backend]:
-    """The backend class for `name`, else KSCALE_BACKEND, else the first that detects itself."""
+
+def resolve(
+    name: str | None = None, env: environment.Environment | None = None, keras: KerasInfo | None = None
+) -> type[Backend]:
+    """The backend class for `name`, else KSCALE_BACKEND, else the first that detects itself, for `keras`."""
     env = environment.current() if env is None else env
+    keras = frameworks.process_keras() if keras is None else keras
     name = name or env.backend_override
+    fitting = [entry for entry in REGISTRY if entry.fits(keras)]
     if name is not None:
-        if name not in REGISTRY:
+        for entry in fitting:
+            if entry.name == name:
+                return entry.load()
+        if name not in NAMES:
             raise OptionError(
-                f"unknown backend {name!r}; valid backends are {', '.join(map(repr, REGISTRY))} "
+                f"unknown backend {name!r}; valid backends are {', '.join(map(repr, NAMES))} "
                 "(or leave it unset to pick from the environment)."
             )
-        return REGISTRY[name]
-    return next(backend for backend in REGISTRY.values() if backend.detect(env))
+        raise BackendError(_cannot(name, keras))
+    for entry in fitting:
+        backend = entry.load()
+        if backend.detect(env):
+            return backend
+    launched_by = _multi_process_launcher(env)
+    raise BackendError(
+        f"this process was started by {launched_by} as worker {env.rank} of {env.world_size}, but no kscale "
+        f"backend can train a {_describe(keras)} model that way. "
+        + _WHY_NOT.get((_backend_for(env.launcher), keras.generation), "")
+        + " "
+        + _KERAS_3_MULTI_PROCESS
+    )
 
 
-def current(name: str | None = None, devices: list[str] | None = None) -> Backend:
+def _cannot(name: str, keras: KerasInfo) -> str:
+    why = _WHY_NOT.get((name, keras.generation))
+    if why is None:
+        runs_on = sorted({b for e in REGISTRY if e.name == name for b in e.keras_backends})
+        why = (
+            f"the {name!r} backend does not run a {_describe(keras)} model (it runs on: "
+            f"{', '.join(runs_on)})."
+        )
+    hint = _KERAS_3_MULTI_PROCESS if keras.generation == 3 else ""
+    return f"{why} {hint}".strip()
+
+
+def _describe(keras: KerasInfo) -> str:
+    return "tf.keras (Keras 2)" if keras.generation == 2 else f"Keras 3 ({keras.backend})"
+
+
+def _multi_process_launcher(env: environment.Environment) -> str:
+    return {
+        environment.Launcher.HOROVOD: "horovodrun / kscale run (Horovod)",
+        environment.Launcher.MPI: "mpirun",
+        environment.Launcher.TF_CONFIG: "TF_CONFIG",
+        environment.Launcher.SLURM: "srun",
+        environment.Launcher.KERAS_DISTRIBUTION: "kscale run (keras.distribution variables)",
+    }.get(env.launcher, env.launcher.value)
+
+
+def _backend_for(launcher: environment.Launcher) -> str:
+    if launcher in (environment.Launcher.HOROVOD, environment.Launcher.MPI):
+        return "horovod"
+    if launcher in (environment.Launcher.TF_CONFIG, environment.Launcher.SLURM):
+        return "multi_worker"
+    return "jax"
+
+
+def parse_options(backend: Backend, keywords: dict[str, Any], common: list[str]) -> Any:
+    """`backend`'s own options from the keywords `distribute()` did not know, or an error naming them.
+
+    An option of another backend is checked by that backend (a bad value fails the same way on a laptop
+    as on the cluster) and then refused here, so a script never silently trains without it.
+    """
+    owners: dict[str, list[type[Backend]]] = {}
+    loaded = [cls for cls in _importable() if cls.keras_generation == backend.keras_generation]
+    for cls in loaded:
+        for field in dataclasses.fields(cls.Options):
+            owners.setdefault(field.name, []).append(cls)
+    unknown = sorted(k for k in keywords if k not in owners)
+    if unknown:
+        per_backend = "; ".join(
+            f"{cls.name}: {', '.join(sorted(f.name for f in dataclasses.fields(cls.Options)))}"
+            for cls in loaded
+            if dataclasses.fields(cls.Options)
+        )
+        raise OptionError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for kscale.distribute(); valid options are "
+            f"{', '.join(common)}" + (f", and those of one backend ({per_backend})." if per_backend else ".")
+        )
+    own = {f.name for f in dataclasses.fields(backend.Options)}
+    foreign = sorted(k for k in keywords if k not in own)
+    if foreign:
+        owner = owners[foreign[0]][0]
+        owner.Options(**{k: keywords[k] for k in foreign if owner in owners[k]})
+        one = len(foreign) == 1
+        raise OptionError(
+            f"{', '.join(foreign)} {'is an option' if one else 'are options'} of the {owner.name!r} "
+            f"backend, but this process runs the {backend.name!r} backend, which does not have "
+            f"{'it' if one else 'them'}. Drop {'it' if one else 'them'}, or launch the script so that it "
+            f"runs the {owner.name!r} backend."
+        )
+    return backend.Options(**keywords)
+
+
+def current(
+    name: str | None = None, devices: list[str] | None = None, keras: KerasInfo | None = None
+) -> Backend:
     """This process's backend, created and set up on first use."""
     global _current
-    wanted = resolve(name)
+    wanted = resolve(name, keras=keras)
     if _current is not None:
         if not isinstance(_current, wanted):
             raise OptionError(
@@ -58,39 +189,15 @@ def current(name: str | None = None, devices: list[str] | None = None) -> Backen
     return backend
 
 
-def parse_options(backend: Backend, keywords: dict[str, Any], common: list[str]) -> Any:
-    """`backend`'s own options from the keywords `distribute()` did not know, or an error naming them.
-
-    An option of another backend is checked by that backend (a bad value fails the same way on a laptop
-    as on the cluster) and then refused here, so a script never silently trains without it.
-    """
-    owners: dict[str, list[type[Backend]]] = {}
-    for cls in REGISTRY.values():
-        for field in dataclasses.fields(cls.Options):
-            owners.setdefault(field.name, []).append(cls)
-    unknown = sorted(k for k in keywords if k not in owners)
-    if unknown:
-        per_backend = "; ".join(
-            f"{cls.name}: {', '.join(sorted(f.name for f in dataclasses.fields(cls.Options)))}"
-            for cls in REGISTRY.values()
-            if dataclasses.fields(cls.Options)
-        )
-        raise OptionError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for kscale.distribute(); valid options are "
-            f"{', '.join(common)}, and those of one backend ({per_backend})."
-        )
-    own = {f.name for f in dataclasses.fields(backend.Options)}
-    foreign = sorted(k for k in keywords if k not in own)
-    if foreign:
-        owner = owners[foreign[0]][0]
-        owner.Options(**{k: keywords[k] for k in foreign if owner in owners[k]})
-        raise OptionError(
-            f"{', '.join(foreign)} {'is an option' if len(foreign) == 1 else 'are options'} of the "
-            f"{owner.name!r} backend, but this process runs the {backend.name!r} backend, which does not "
-            f"have {'it' if len(foreign) == 1 else 'them'}. Drop {'it' if len(foreign) == 1 else 'them'}, "
-            f"or launch the script so that it runs the {owner.name!r} backend."
-        )
-    return backend.Options(**keywords)
+def _importable() -> list[type[Backend]]:
+    """The backend classes this process can import (a lane has only its own frameworks)."""
+    classes = []
+    for entry in REGISTRY:
+        try:
+            classes.append(entry.load())
+        except ImportError:
+            continue
+    return list(dict.fromkeys(classes))
 
 
 def reset() -> None:
@@ -100,24 +207,31 @@ def reset() -> None:
 
 
 def startup() -> None:
-    """Work that must happen before TensorFlow runs its first op; called by `import kscale`.
+    """Work that must happen before the framework runs its first operation; called by `import kscale`.
 
-    Pins one GPU per process under a multi-process launcher (by local rank, with memory growth), and
-    creates the multi-worker strategy when TF_CONFIG names several workers, because TensorFlow only
-    accepts both before its runtime starts.
+    Under a multi-process launcher: use tf_keras where Horovod or MultiWorkerMirroredStrategy need it,
+    pin one GPU per process (TensorFlow), and create the backends that must exist before the first op
+    (MultiWorkerMirroredStrategy; keras.distribution for JAX, so that models built after `import kscale`
+    are created on every process's devices).
     """
     env = environment.current()
-    if env.world_size > 1:
+    if env.world_size < 2:
+        return
+    frameworks.use_legacy_keras_under_launchers(env)
+    keras = frameworks.process_keras()
+    if keras.backend == "tensorflow":
         _pin_gpu(env.local_rank)
     try:
-        chosen = resolve()
-    except OptionError:
-        return  # an unknown KSCALE_BACKEND is reported by distribute(), not at import
-    if chosen is MultiWorkerBackend:
-        current()
+        chosen = resolve(keras=keras)
+    except (OptionError, BackendError):
+        return  # distribute() reports it, with the model in hand
+    if chosen.create_at_import:
+        current(keras=keras)
 
 
 def _pin_gpu(local_rank: int) -> None:
+    import tensorflow as tf
+
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return

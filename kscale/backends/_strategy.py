@@ -1,4 +1,9 @@
-"""What the two tf.distribute backends (mirrored, multi_worker) share: build in scope, feed the strategy."""
+"""What the tf.distribute backends share (mirrored and multi_worker for tf.keras, mirrored for Keras 3 on
+TensorFlow): build the model in the strategy's scope and feed the strategy a distributed dataset.
+
+A mixin: the Keras family class beside it (TFKerasBackend, Keras3Backend) supplies `rebuild_in`,
+`fresh_compile_args` and `clone_optimizer` for its kind of model.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import data
-from kscale.backends._tf_keras import TFKerasBackend
+from kscale import data, sharding
+from kscale.callbacks import for_this_worker
 from kscale.errors import DataError
-from kscale.model_rebuild import clone_compile_args, clone_optimizer, rebuild_in_scope
 
 
-class StrategyBackend(TFKerasBackend):
+class StrategyMixin:
     """A backend whose replicas are driven by one `tf.distribute.Strategy` per process."""
 
     def __init__(self, env, devices=None):
@@ -49,7 +53,7 @@ class StrategyBackend(TFKerasBackend):
         if getattr(model, "distribute_strategy", None) is self.strategy:
             placed = model  # built inside kscale.scope(): nothing to rebuild
         else:
-            placed = rebuild_in_scope(model, self.strategy)
+            placed = self.rebuild_in(model, self.strategy)
         if self.num_workers > 1:
             broadcast_from_first_replica(self.strategy, placed.weights)
         return placed
@@ -60,18 +64,19 @@ class StrategyBackend(TFKerasBackend):
         # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
         with self.strategy.scope():
             compile_fn(
-                optimizer=self.optimizer_for(optimizer, learning_rate, options), **clone_compile_args(args)
+                optimizer=self.optimizer_for(optimizer, learning_rate, options),
+                **self.fresh_compile_args(args),
             )
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
-        return clone_optimizer(optimizer, rate)
+        return self.clone_optimizer(optimizer, rate, options)
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
-    def feed(self, x: Any, y: Any, sample_weight: Any, request: data.FeedRequest) -> data.Feed:
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
         part = data.worker_part(x, y, sample_weight, request)
         if part.kind == "other":
-            return data.one_process_feed(part, request)
+            return sharding.one_process_feed(part, request)
         dataset = data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = data.dataset_batches(dataset)
@@ -81,11 +86,11 @@ class StrategyBackend(TFKerasBackend):
                 f"the {request.what} has {batches} batch(es) per worker, fewer than the {per_worker} replicas "
                 "of this worker: no step can run. Use a smaller batch or more data."
             )
-        data.check_steps(request.steps, available, request)
+        sharding.check_steps(request.steps, available, request)
         steps, notes = request.steps, list(part.notes)
         if steps is None:
             if available is None:
-                raise data.unknown_length(request.what)
+                raise sharding.unknown_length(request.what)
             steps = available
             if batches % per_worker:
                 notes.append(
@@ -95,12 +100,16 @@ class StrategyBackend(TFKerasBackend):
         # exactly one epoch's batches and repeat them, so every epoch is one full pass.
         epoch = dataset.take(steps * per_worker).repeat()
         distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
-        return data.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
+        return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
 
     def user_callbacks(self, callbacks: list) -> list:
-        from kscale.callbacks import for_this_worker
-
-        return for_this_worker(callbacks, self.is_chief, multi_worker_strategy=self.num_workers > 1)
+        # Under a multi-worker strategy, these save through collectives and must run on every worker
+        # (TensorFlow sends the other workers' copies to scratch folders and deletes them).
+        kinds = self.keras_module().callbacks
+        everywhere = (
+            (kinds.ModelCheckpoint, kinds.TensorBoard, kinds.BackupAndRestore) if self.num_workers > 1 else ()
+        )
+        return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
 
 
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[tf.Variable]) -> None:

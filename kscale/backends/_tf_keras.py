@@ -10,7 +10,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import data, model_rebuild
+from kscale import data, model_rebuild, sharding
 from kscale import learning_rate as lr_lib
 from kscale.backends.base import Backend
 from kscale.callbacks import for_this_worker
@@ -18,6 +18,24 @@ from kscale.callbacks import for_this_worker
 
 class TFKerasBackend(Backend):
     """A backend that trains tf.keras models; alone, one process per replica."""
+
+    keras_generation = 2
+
+    @staticmethod
+    def keras_module() -> Any:
+        """tf.keras: Keras 2.15 on TF 2.15, tf_keras where TF_USE_LEGACY_KERAS asks for it."""
+        return tf.keras
+
+    def chief_only_callback_types(self) -> tuple[type, ...]:
+        """Callbacks that write files or print progress: under Horovod every rank would write them."""
+        callbacks = tf.keras.callbacks
+        return (
+            callbacks.ModelCheckpoint,
+            callbacks.TensorBoard,
+            callbacks.CSVLogger,
+            callbacks.RemoteMonitor,
+            callbacks.ProgbarLogger,
+        )
 
     def check_model(self, model: Any) -> None:
         model_rebuild.check_model(model)
@@ -43,10 +61,20 @@ class TFKerasBackend(Backend):
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         if learning_rate is None:
             return optimizer  # nothing to change: keep the user's own optimizer
+        return self.clone_optimizer(optimizer, learning_rate, options)
+
+    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         return model_rebuild.clone_optimizer(optimizer, learning_rate)
 
-    def feed(self, x: Any, y: Any, sample_weight: Any, request: data.FeedRequest) -> data.Feed:
-        return data.one_process_feed(data.worker_part(x, y, sample_weight, request), request)
+    def rebuild_in(self, model: Any, owner: Any) -> Any:
+        """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights."""
+        return model_rebuild.rebuild_in_scope(model, owner)
+
+    def fresh_compile_args(self, args: dict) -> dict:
+        return model_rebuild.clone_compile_args(args)
+
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
+        return sharding.one_process_feed(data.worker_part(x, y, sample_weight, request), request)
 
     def user_callbacks(self, callbacks: list) -> list:
-        return for_this_worker(callbacks, self.is_chief)
+        return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types())

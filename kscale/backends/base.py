@@ -24,8 +24,14 @@ class Backend(abc.ABC):
     """One way of running a Keras model on one or more replicas."""
 
     name: ClassVar[str]
+    #: The Keras generation it trains: 2 (tf.keras) or 3 (Keras 3).
+    keras_generation: ClassVar[int]
     #: This backend's own `distribute()` options: a frozen dataclass that checks its values itself.
     Options: ClassVar[type] = NoOptions
+    #: Created by `import kscale` under its launcher, because it must exist before the first operation.
+    create_at_import: ClassVar[bool] = False
+    #: Saving involves every worker (a collective inside), so all save and the others' copies are scratch.
+    saves_are_collective: ClassVar[bool] = False
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
@@ -143,7 +149,8 @@ class Backend(abc.ABC):
     def save(
         self, filepath: Any, write: Callable[[Any], None], may_be_folder: bool = True, replace: bool = True
     ) -> None:
-        """Write a model or weights: the chief writes, atomically; other workers write nothing.
+        """Write a model or weights: the chief writes, atomically; other workers write nothing, or, where
+        saving is collective, write into a scratch folder that is deleted.
 
         `may_be_folder=False`: `write` writes files only (weights). `replace=False`: the user asked not to
         overwrite an existing file, so Keras' own `write` must find it and decide.
@@ -152,6 +159,12 @@ class Backend(abc.ABC):
 
         if self.is_chief:
             checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
+        elif self.saves_are_collective:
+            checkpoint_io.scratch_save(filepath, write)
+
+    def predict(self, model: Any, method: str, keras_method: Callable[..., Any], arguments: dict) -> Any:
+        """Run predict/predict_on_batch: Keras' own, on all of `x` in every worker."""
+        return keras_method(**arguments)
 
 
 class OneProcess:

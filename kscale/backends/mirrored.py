@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from kscale.backends._strategy import StrategyBackend
+from kscale.backends._strategy import StrategyMixin
+from kscale.backends._tf_keras import TFKerasBackend
 from kscale.backends.base import OneProcess
 from kscale.environment import Environment, Launcher
 
 
-class MirroredBackend(OneProcess, StrategyBackend):
+class MirroredBackend(OneProcess, StrategyMixin, TFKerasBackend):
     name = "mirrored"
 
     @classmethod

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import tensorflow as tf
 
-from kscale import checkpoint_io
-from kscale.backends._strategy import StrategyBackend
+from kscale.backends._strategy import StrategyMixin
+from kscale.backends._tf_keras import TFKerasBackend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 
 
-class MultiWorkerBackend(StrategyBackend):
+class MultiWorkerBackend(StrategyMixin, TFKerasBackend):
     name = "multi_worker"
+    create_at_import = True  # TensorFlow accepts MultiWorkerMirroredStrategy only before its first op
+    # Saving reads variables that are synchronised on read, a collective: every worker saves, as
+    # TensorFlow requires; the chief's copy is kept, the others are written to scratch and deleted.
+    saves_are_collective = True
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
@@ -36,13 +37,3 @@ class MultiWorkerBackend(StrategyBackend):
                 "the top of your script, before building the model: kscale then sets the strategy up at "
                 "import time (it does so whenever TF_CONFIG names several workers)."
             ) from err
-
-    def save(
-        self, filepath: Any, write: Callable[[Any], None], may_be_folder: bool = True, replace: bool = True
-    ) -> None:
-        # Saving reads variables that are synchronised on read, a collective: every worker saves, as
-        # TensorFlow requires; the chief's copy is kept, the others are written to scratch and deleted.
-        if self.is_chief:
-            checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
-        else:
-            checkpoint_io.scratch_save(filepath, write)

@@ -43,7 +43,7 @@ def single_process(monkeypatch: pytest.MonkeyPatch, clean_launcher_env: None) ->
 
 def tiny_model(lr: float = 0.1, inputs: int = 3, seed: int = 0, **compile_kwargs) -> tf.keras.Model:
     """One Dense layer, built and compiled with plain SGD: the smallest model kscale accepts."""
-    tf.keras.utils.set_random_seed(seed)
+    kscale.set_seed(seed)
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(inputs,))])
     compile_kwargs.setdefault("loss", "mse")
     model.compile(optimizer=tf.keras.optimizers.SGD(lr), **compile_kwargs)

@@ -9,9 +9,10 @@ import tensorflow as tf
 
 import kscale
 from kscale import checkpoint_io
+from kscale.backends.mirrored import MirroredBackend
 from kscale.callbacks import AverageMetrics, ChiefWritesBackup, chief_only, for_this_worker, is_chief_only
 
-from .conftest import regression_data, tiny_model
+from .conftest import StubWorkers, regression_data, tiny_model
 
 
 def file_writers(tmp_path) -> dict[str, tf.keras.callbacks.Callback]:
@@ -37,37 +38,47 @@ def names(callbacks) -> set[str]:
     return {type(cb).__name__ for cb in callbacks}
 
 
+class SecondOfTwoStrategyWorkers(MirroredBackend):
+    """The multi-worker strategy rule, as worker 1 of 2 sees it (no strategy is created for it)."""
+
+    num_workers = 2
+    worker_index = 1
+
+
 def test_the_chief_runs_every_callback(tmp_path):
     callbacks = [*file_writers(tmp_path).values(), *everyone().values()]
-    kept = for_this_worker(callbacks, is_chief=True)
+    kept = StubWorkers(0, 2).user_callbacks(callbacks)
     assert kept == callbacks and kept is not callbacks
 
 
 def test_non_chief_workers_drop_file_writers(tmp_path):
     callbacks = [*file_writers(tmp_path).values(), *everyone().values()]
-    assert names(for_this_worker(callbacks, is_chief=False)) == set(everyone())
+    assert names(StubWorkers(1, 2).user_callbacks(callbacks)) == set(everyone())
 
 
 def test_multi_worker_strategy_keeps_the_writers_that_must_run_everywhere(tmp_path):
     writers = file_writers(tmp_path)
     backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    kept = for_this_worker([*writers.values(), backup], is_chief=False, multi_worker_strategy=True)
+    kept = SecondOfTwoStrategyWorkers(kscale.environment.Environment()).user_callbacks(
+        [*writers.values(), backup]
+    )
     assert names(kept) == {"ModelCheckpoint", "TensorBoard", "BackupAndRestore"}
     assert "CSVLogger" not in names(kept)
 
 
 def test_backup_and_restore_runs_on_every_worker(tmp_path):
     backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    assert for_this_worker([backup], is_chief=False) == [backup]
+    assert StubWorkers(1, 2).user_callbacks([backup]) == [backup]
 
 
 def test_user_marked_callbacks_run_on_the_chief_only():
     mine = tf.keras.callbacks.LambdaCallback()
     assert not is_chief_only(mine)
     assert chief_only(mine) is mine
-    assert is_chief_only(mine) and is_chief_only(mine, multi_worker_strategy=True)
+    assert is_chief_only(mine) and is_chief_only(mine, everywhere_types=(tf.keras.callbacks.Callback,))
     assert for_this_worker([mine], is_chief=False) == []
-    assert for_this_worker([mine], is_chief=False, multi_worker_strategy=True) == []
+    assert StubWorkers(1, 2).user_callbacks([mine]) == []
+    assert SecondOfTwoStrategyWorkers(kscale.environment.Environment()).user_callbacks([mine]) == []
     assert for_this_worker([mine], is_chief=True) == [mine]
 
 

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras.src.engine import data_adapter
 
 from kscale.data import (
-    Shard,
     ShardedSequence,
     arrays_to_dataset,
     dataset_batches,
-    is_array_data,
-    num_samples,
-    require_samples,
     sequence_to_dataset,
-    shard_arrays,
     shard_dataset,
-    split_validation,
 )
 from kscale.errors import DataError
+from kscale.sharding import Shard, is_array_data, num_samples, require_samples, shard_arrays, split_validation
 
 
 class Batches(tf.keras.utils.Sequence):
@@ -120,13 +116,19 @@ def test_is_array_data():
     assert not is_array_data(None)
 
 
+def keras_data_adapter():
+    """The data adapter module of the Keras 2 that tf.keras is here (Keras 2.15's own, or tf_keras)."""
+    package = tf.keras.Model.__module__.split(".src.")[0]
+    return importlib.import_module(f"{package}.src.engine.data_adapter")
+
+
 @pytest.mark.parametrize("fraction", [0.1, 0.2, 0.25, 0.3, 1 / 3, 0.5, 0.7])
 @pytest.mark.parametrize("total", [7, 10, 33, 100])
 def test_split_validation_matches_keras(fraction, total):
     x = np.arange(total * 2).reshape(total, 2)
     y = np.arange(total)
     (tx, ty, tw), (vx, vy, vw) = split_validation((x, y, None), fraction)
-    (kx, ky), (kvx, kvy) = data_adapter.train_validation_split((x, y), fraction)
+    (kx, ky), (kvx, kvy) = keras_data_adapter().train_validation_split((x, y), fraction)
     np.testing.assert_array_equal(tx, kx)
     np.testing.assert_array_equal(ty, ky)
     np.testing.assert_array_equal(vx, kvx)

@@ -47,7 +47,7 @@ def test_not_a_keras_model(thing, named):
     with pytest.raises(ModelError) as err:
         kscale.distribute(thing)
     message = message_of(err)
-    assert "takes a tf.keras.Model" in message and named in message
+    assert "takes a Keras model" in message and named in message
     assert "tf.keras.Sequential" in message
 
 

@@ -62,7 +62,7 @@ def kind(request) -> str:
 
 
 def compiled(kind: str, lr: float = 0.05) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(0)
+    kscale.set_seed(0)
     model = KINDS[kind]()
     model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse", metrics=["mae"])
     return model

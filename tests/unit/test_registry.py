@@ -8,7 +8,11 @@ import pytest
 import tensorflow as tf
 
 from kscale import backends, environment
-from kscale.backends import HorovodBackend, MirroredBackend, MultiWorkerBackend, SingleBackend, resolve
+from kscale.backends import resolve
+from kscale.backends.horovod import HorovodBackend
+from kscale.backends.mirrored import MirroredBackend
+from kscale.backends.multi_worker import MultiWorkerBackend
+from kscale.backends.single import SingleBackend
 from kscale.environment import detect
 from kscale.errors import OptionError
 

@@ -1,0 +1,204 @@
+"""What every backend for Keras 3 models shares: optimizers, learning rates, rebuilding, feeding, callbacks.
+
+Keras 3 runs on JAX, TensorFlow or torch. Nothing here imports TensorFlow (the JAX lane has none),
+except to cut a tf.data.Dataset the user passed (TensorFlow is then in the process already).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import keras
+import numpy as np
+
+from kscale import _keras_private, sharding
+from kscale import learning_rate_keras3 as lr_lib
+from kscale.backends.base import Backend
+from kscale.callbacks import for_this_worker
+from kscale.errors import DataError, ModelError, OptionError
+
+
+@dataclasses.dataclass(frozen=True)
+class Keras3Options:
+    """`distribute()` options of every Keras 3 backend."""
+
+    #: Update the weights every this many steps with the average gradient (Keras 3 optimizers' own option).
+    gradient_accumulation_steps: int = 1
+
+    def __post_init__(self) -> None:
+        steps = self.gradient_accumulation_steps
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise OptionError(
+                f"gradient_accumulation_steps={steps!r} must be an integer >= 1 (the number of batches whose "
+                "gradients are averaged into one update)."
+            )
+
+
+class Keras3Backend(Backend):
+    """A backend that trains Keras 3 models; alone, one process with Keras' own device placement."""
+
+    keras_generation = 3
+    Options = Keras3Options
+
+    @staticmethod
+    def keras_module() -> Any:
+        return keras
+
+    def chief_only_callback_types(self) -> tuple[type, ...]:
+        callbacks = keras.callbacks
+        return (
+            callbacks.ModelCheckpoint,
+            callbacks.TensorBoard,
+            callbacks.CSVLogger,
+            callbacks.RemoteMonitor,
+            callbacks.ProgbarLogger,
+        )
+
+    # -- the model ----------------------------------------------------------------------------------------
+    def check_model(self, model: Any) -> None:
+        if not model.built:
+            raise ModelError(
+                f"model {model.name!r} is not built: its weights do not exist yet, so they cannot be copied or "
+                "broadcast. Build it first, e.g. start it with keras.Input(shape), call "
+                "`model.build(input_shape)`, or call it once on a batch."
+            )
+        if getattr(model, "optimizer", None) is None:
+            raise ModelError(
+                f"model {model.name!r} is not compiled. Call `model.compile(optimizer=..., loss=..., "
+                "metrics=...)` before `kscale.distribute(model)`: kscale scales the optimizer's learning rate "
+                "and keeps your loss and metrics."
+            )
+
+    def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
+        """The same model built in `owner.scope()` (a strategy or a keras.distribution), with its weights
+        (or `weights`)."""
+        weights = [np.asarray(w) for w in (model.get_weights() if weights is None else weights)]
+        with owner.scope():
+            try:
+                clone = keras.models.clone_model(model)
+            except Exception as err:  # the user's get_config/from_config: anything can go wrong there
+                raise ModelError(
+                    f"cloning model {model.name!r} with keras.models.clone_model failed ({err}). Fix its "
+                    "get_config() so it returns the __init__ arguments, or build the model inside "
+                    "`with kscale.scope():` and pass that."
+                ) from err
+            if not clone.built:
+                build_config = model.get_build_config()
+                if not build_config:
+                    raise ModelError(
+                        f"cannot tell which inputs model {type(model).__name__} takes; call it once on a batch "
+                        "before kscale.distribute(), or build it inside `with kscale.scope():`."
+                    )
+                clone.build_from_config(build_config)
+            clone.set_weights(weights)
+        return clone
+
+    def fresh_compile_args(self, args: dict) -> dict:
+        """Compile arguments whose metric and loss objects are new instances (created where they are used)."""
+
+        def fresh(obj: Any) -> Any:
+            if isinstance(obj, keras.metrics.Metric | keras.losses.Loss):
+                return obj.__class__.from_config(obj.get_config())
+            return obj
+
+        return {
+            key: keras.tree.map_structure(fresh, value)
+            if key in ("loss", "metrics", "weighted_metrics")
+            else value
+            for key, value in args.items()
+        }
+
+    # -- the optimizer and its learning rate -----------------------------------------------------------------
+    def resolve_optimizer(self, optimizer: Any) -> Any:
+        return keras.optimizers.get(optimizer)
+
+    def learning_rate_of(self, optimizer: Any) -> Any:
+        rate = _keras_private.learning_rate_object(optimizer)
+        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+            return rate
+        if rate is None or (callable(rate) and not isinstance(rate, keras.Variable)):
+            raise ModelError(
+                f"optimizer {type(optimizer).__name__} has a learning rate kscale cannot scale; use a float or a "
+                "keras.optimizers.schedules.LearningRateSchedule, or lr_scaling='none'."
+            )
+        return float(keras.ops.convert_to_numpy(rate))
+
+    def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
+        return lr_lib.scaled(rate, factor, warmup)
+
+    def describe_learning_rate(self, rate: Any) -> float | str:
+        return lr_lib.describe(rate)
+
+    def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
+        if not isinstance(learning_rate, lr_lib.ScaledLearningRate):
+            return False
+        learning_rate.warmup_steps = steps
+        return True
+
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
+        if learning_rate is None and options.gradient_accumulation_steps == 1:
+            return optimizer  # nothing to change: keep the user's own optimizer
+        rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
+        return self.clone_optimizer(optimizer, rate, options)
+
+    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
+        """A new optimizer of the same class and settings with `learning_rate` (and the accumulation asked)."""
+        config = optimizer.get_config()
+        config["learning_rate"] = learning_rate
+        if options.gradient_accumulation_steps > 1:
+            config["gradient_accumulation_steps"] = options.gradient_accumulation_steps
+        return optimizer.__class__.from_config(config)
+
+    # -- data and callbacks -------------------------------------------------------------------------------
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
+        return sharding.one_process_feed(worker_part(x, y, sample_weight, request), request)
+
+    def user_callbacks(self, callbacks: list) -> list:
+        return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types())
+
+
+def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
+    """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
+    shard = request.shard
+    if sharding.is_array_data(x):
+        return sharding.array_part(x, y, sample_weight, request)
+    if isinstance(x, keras.utils.PyDataset):
+        sharding.no_separate_targets(y, sample_weight, "a keras.utils.PyDataset")
+        notes = []
+        if len(x) % shard.count:
+            notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
+        dataset = ShardedPyDataset(x, shard) if shard.count > 1 else x
+        return sharding.WorkerPart("sequence", dataset, length=len(dataset), notes=notes)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(x, tf.data.Dataset):
+        from kscale import data
+
+        return data.worker_part(x, y, sample_weight, request)
+    return sharding.other_part(x, y, sample_weight, request)
+
+
+class ShardedPyDataset(keras.utils.PyDataset):
+    """A PyDataset restricted to batches r, r+N, ...; every worker gets len(dataset) // N batches."""
+
+    def __init__(self, dataset: keras.utils.PyDataset, shard: sharding.Shard):
+        super().__init__()
+        if len(dataset) < shard.count:
+            raise DataError(
+                f"the dataset has {len(dataset)} batch(es), fewer than the {shard.count} workers: some worker "
+                "would get no step. Use a smaller batch size or more data."
+            )
+        self.dataset = dataset
+        self.shard = shard
+
+    def __len__(self) -> int:
+        return len(self.dataset) // self.shard.count
+
+    def __getitem__(self, index: int) -> Any:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} out of range for a shard of {len(self)} batches")
+        return self.dataset[index * self.shard.count + self.shard.index]
+
+    def on_epoch_end(self) -> None:
+        self.dataset.on_epoch_end()

@@ -1,0 +1,125 @@
+"""Keras 3 on JAX: `keras.distribution.DataParallel` over every device of every process.
+
+Processes find each other through `keras.distribution.initialize()` (jax.distributed), which reads
+KERAS_DISTRIBUTION_JOB_ADDRESSES / NUM_PROCESSES / PROCESS_ID (kscale run sets them); CPUs talk over
+Gloo. Each process feeds its own shard of the data (Keras' auto-sharding takes tf.data only), and Keras
+assembles each step's global batch from the processes' local batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import jax
+import keras
+import numpy as np
+
+from kscale.backends._keras3 import Keras3Backend
+from kscale.environment import Environment, Launcher
+
+
+class JaxBackend(Keras3Backend):
+    name = "jax"
+    # Variables created under the distribution live on every process's devices; set at `import kscale`,
+    # so that models built afterwards are created there, with the same values everywhere.
+    create_at_import = True
+    # Under a multi-process keras.distribution every new Keras variable is a collective (JAX checks that
+    # its value is the same everywhere), and Keras' save creates one: every process saves.
+    saves_are_collective = True
+
+    def __init__(self, env: Environment, devices: list[str] | None = None):
+        super().__init__(env, devices)
+        self._distribution: Any = None
+        self._local_copies: dict[int, Any] = {}  # predict's per-process copies, by model
+
+    @classmethod
+    def detect(cls, env: Environment) -> bool:
+        if env.launcher is Launcher.KERAS_DISTRIBUTION:
+            return True
+        return env.launcher is Launcher.NONE and len(jax.devices()) > 1
+
+    def setup(self) -> None:
+        if self._distribution is not None:
+            return
+        if self.env.launcher is Launcher.KERAS_DISTRIBUTION and self.env.world_size > 1:
+            _use_gloo_on_cpus()
+            keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables itself
+        devices = self.requested_devices or keras.distribution.list_devices()
+        # Each process gives Keras its own shard (kscale cuts it), so Keras must not cut it again.
+        self._distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+        keras.distribution.set_distribution(self._distribution)
+
+    @property
+    def num_workers(self) -> int:
+        return jax.process_count()
+
+    @property
+    def worker_index(self) -> int:
+        return jax.process_index()
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self._distribution.device_mesh.devices.flatten())
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(str(d) for d in self._distribution.device_mesh.devices.flatten())
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return self._distribution.scope()
+
+    def place_model(self, model: Any) -> Any:
+        """The model itself if it was built under the distribution (after `import kscale`), else a copy."""
+        if all(_on_every_device(v, self.num_replicas) for v in model.weights):
+            return model
+        if self.num_workers == 1:
+            return self.rebuild_in(model, self)
+        # Every process must create the copy's variables with the same values (JAX checks it): draw them
+        # from the same seed everywhere, then load the chief's weights. Keras' own initialize() seeds its
+        # generator the same way on every process for the same reason.
+        from jax.experimental import multihost_utils
+
+        chief = multihost_utils.broadcast_one_to_all([np.asarray(w) for w in model.get_weights()])
+        seed = int(multihost_utils.broadcast_one_to_all(np.int32(np.random.randint(2**31 - 1))))
+        keras.utils.set_random_seed(seed)
+        return self.rebuild_in(model, self, weights=chief)
+
+    def predict(self, model: Any, method: str, keras_method: Any, arguments: dict) -> Any:
+        """Across processes Keras' predict returns arrays no process holds whole: predict with a copy of the
+        model on this process's own devices instead, so every process gets all of its `x`, as elsewhere."""
+        if self.num_workers == 1:
+            return keras_method(**arguments)
+        local = self._local_copies.get(id(model))
+        weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
+        with _without_distribution():
+            if local is None:
+                local = keras.models.clone_model(model)
+                if not local.built:
+                    local.build_from_config(model.get_build_config())
+                self._local_copies[id(model)] = local
+            local.set_weights(weights)
+            return getattr(local, method)(**arguments)
+
+
+@contextlib.contextmanager
+def _without_distribution() -> Any:
+    """Build and run Keras objects on this process's devices only, then restore the job's distribution."""
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
+def _on_every_device(variable: Any, devices: int) -> bool:
+    sharding = getattr(getattr(variable, "value", None), "sharding", None)
+    return sharding is not None and len(sharding.device_set) == devices
+
+
+def _use_gloo_on_cpus() -> None:
+    """CPU processes exchange gradients over Gloo (JAX before 0.5 had no CPU collectives by default)."""
+    with contextlib.suppress(AttributeError, ValueError):
+        if jax.config.jax_cpu_collectives_implementation in (None, "none"):
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")

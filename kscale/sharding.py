@@ -1,0 +1,217 @@
+"""This worker's part of the training data: equal shards, so every worker runs the same number of steps.
+
+The rule everywhere: cut the data into N equal parts (dropping at most N-1 trailing samples or
+batches), give part r to worker r. Equal parts mean equal step counts, so a collective never waits
+for a worker that has run out of data. Worker r takes every N-th element starting at r: at each step
+the N workers together see exactly the samples one process would see with an N-times larger batch.
+
+Framework-free (numpy only): what depends on tf.data or a Keras dataset class lives in kscale.data and
+in the backends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kscale.errors import DataError
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """Which part of the data this worker takes: part `index` of `count`."""
+
+    index: int = 0
+    count: int = 1
+
+
+def flatten(structure: Any) -> list[Any]:
+    """The leaves of nested lists, tuples and dicts (dicts in key order, as tf.nest and keras.tree do)."""
+    if isinstance(structure, dict):
+        return [leaf for key in sorted(structure) for leaf in flatten(structure[key])]
+    if isinstance(structure, list | tuple):
+        return [leaf for item in structure for leaf in flatten(item)]
+    return [structure]
+
+
+def map_structure(function: Callable[[Any], Any], structure: Any) -> Any:
+    """`structure` with `function` applied to every leaf."""
+    if isinstance(structure, dict):
+        return {key: map_structure(function, value) for key, value in structure.items()}
+    if isinstance(structure, list | tuple):
+        mapped = [map_structure(function, item) for item in structure]
+        return type(structure)(mapped) if not hasattr(structure, "_fields") else type(structure)(*mapped)
+    return function(structure)
+
+
+def _is_array(leaf: Any) -> bool:
+    """numpy arrays and array-likes Keras slices itself: TensorFlow, JAX and torch tensors."""
+    return isinstance(leaf, np.ndarray) or (
+        hasattr(leaf, "shape")
+        and hasattr(leaf, "dtype")
+        and hasattr(leaf, "__array__")
+        and len(leaf.shape) > 0
+    )
+
+
+def is_array_data(x: Any) -> bool:
+    """True for numpy arrays / tensors, or lists, tuples and dicts of them (what Keras slices itself)."""
+    leaves = flatten(x)
+    return bool(leaves) and all(_is_array(leaf) for leaf in leaves)
+
+
+def num_samples(*structures: Any) -> int:
+    """The common first dimension of every array in `structures` (None entries are ignored)."""
+    lengths = {int(leaf.shape[0]) for s in structures if s is not None for leaf in flatten(s)}
+    if len(lengths) != 1:
+        raise DataError(
+            f"the arrays given to fit have different numbers of samples {sorted(lengths)}; x, y and "
+            "sample_weight must have the same first dimension."
+        )
+    return lengths.pop()
+
+
+def shard_arrays(structure: Any, shard: Shard, total: int | None = None) -> Any:
+    """Every `shard.count`-th sample from `shard.index`, after cutting to a multiple of `count`."""
+    if structure is None or shard.count == 1:
+        return structure
+    total = num_samples(structure) if total is None else total
+    usable = (total // shard.count) * shard.count
+    return map_structure(lambda a: a[shard.index : usable : shard.count], structure)
+
+
+def require_samples(total: int, shard: Shard, batch_size: int, what: str = "training data") -> None:
+    """Every worker must get at least one sample, or it would have no step to run."""
+    if total < shard.count:
+        raise DataError(
+            f"the {what} has {total} sample(s), fewer than the {shard.count} workers: some worker would "
+            f"get no data. Give at least {shard.count} samples (ideally {shard.count * batch_size}, one "
+            "full batch each), or run on fewer workers."
+        )
+
+
+def split_validation(arrays: tuple, validation_split: float) -> tuple[tuple, tuple]:
+    """Keras' validation_split, done before sharding: the last fraction of the samples (not shuffled)."""
+    total = num_samples(*[a for a in arrays if a is not None])
+    cut = int(total * (1.0 - validation_split))
+    train = tuple(None if a is None else map_structure(lambda v: v[:cut], a) for a in arrays)
+    val = tuple(None if a is None else map_structure(lambda v: v[cut:], a) for a in arrays)
+    return train, val
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedRequest:
+    """What fit/evaluate asked for, as one worker sees it."""
+
+    per_replica: int  # samples per replica and step, for array input
+    shuffle: bool
+    steps: int | None  # steps per epoch for one replica (already divided among replicas); None: the data's
+    what: str  # "training data", "validation data", ...: named in every error
+    policy: str  # the data policy's name, for messages
+    shard: Shard = Shard()
+    #: replicas this worker drives; Keras splits a worker's batch over them where it does so itself
+    replicas_per_worker: int = 1
+
+    @property
+    def per_worker(self) -> int:
+        """Samples per step for this worker (what Keras' batch_size means when one process feeds them)."""
+        return self.per_replica * self.replicas_per_worker
+
+
+@dataclasses.dataclass
+class WorkerPart:
+    """This worker's part of the user's data, before a backend decides how it reaches Keras."""
+
+    kind: str  # "arrays" | "dataset" | "sequence" | "other"
+    x: Any
+    y: Any = None
+    sample_weight: Any = None
+    length: int | None = None  # samples (arrays) or batches (dataset, Sequence); None if unknown
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Feed:
+    """What the model's own fit/evaluate get on this worker."""
+
+    x: Any
+    y: Any = None
+    sample_weight: Any = None
+    batch_size: int | None = None
+    steps: int | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    epoch_steps: int | None = None  # the steps one epoch will run, whether or not the user gave them
+
+
+def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
+    """Feed a worker whose model takes this worker's data as is: Keras slices and batches it as usual."""
+    steps = request.steps
+    if part.kind == "arrays":
+        available = math.ceil(part.length / request.per_replica)
+        check_steps(steps, available, request)
+        return Feed(
+            part.x, part.y, part.sample_weight, request.per_replica, steps, part.notes, steps or available
+        )
+    if part.kind in ("dataset", "sequence"):
+        known = part.length if part.length is not None and part.length >= 0 else None
+        check_steps(steps, known, request)
+        if steps is None and part.length is None and request.shard.count > 1:
+            raise unknown_length(request.what)
+        return Feed(part.x, notes=part.notes, steps=steps, epoch_steps=steps or known)
+    return Feed(part.x, part.y, part.sample_weight, steps=steps, notes=part.notes)
+
+
+def check_steps(steps: int | None, available: int | None, request: FeedRequest) -> None:
+    """A step count the data cannot supply would end the epoch early on some worker, or hang the rest."""
+    if steps is None or available is None or available < 0 or steps <= available:
+        return
+    raise DataError(
+        f"steps_per_epoch asks each worker for {steps} steps of {request.what}, but with data_policy="
+        f"'{request.policy}' each worker's part has only {available} batch(es). Lower steps_per_epoch, "
+        "repeat() the dataset, or choose another data_policy (steps_per_epoch is counted for one replica "
+        "and divided by the number of replicas under 'shard')."
+    )
+
+
+def unknown_length(what: str) -> DataError:
+    return DataError(
+        f"the length of the {what} is unknown, so kscale cannot give every worker the same number of steps "
+        "(an uneven split would leave workers waiting for each other forever). Pass steps_per_epoch "
+        "(validation_steps / steps), or declare the length with "
+        "dataset.apply(tf.data.experimental.assert_cardinality(n))."
+    )
+
+
+def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
+    """This worker's equal share of array input: every N-th sample from its index."""
+    shard = request.shard
+    total = num_samples(*[a for a in (x, y, sample_weight) if a is not None])
+    require_samples(total, shard, request.per_replica, request.what)
+    notes = []
+    if total % shard.count:
+        notes.append(f"{total % shard.count} trailing sample(s) of {total} unused so workers stay even")
+    x, y, sample_weight = (shard_arrays(a, shard, total) for a in (x, y, sample_weight))
+    return WorkerPart("arrays", x, y, sample_weight, total // shard.count, notes)
+
+
+def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
+    """Input kscale cannot cut (a generator, a DataFrame): fine for one worker, an error for several."""
+    if x is None:
+        raise DataError(f"no {request.what} given: pass numpy arrays, a tf.data.Dataset or a Keras dataset.")
+    if request.shard.count > 1:
+        raise DataError(
+            f"kscale cannot split {type(x).__name__} {request.what} between {request.shard.count} workers "
+            "(only numpy arrays, tf.data.Dataset and keras.utils.Sequence / PyDataset can be sharded). "
+            "Wrap it in a tf.data.Dataset (e.g. Dataset.from_generator), or pass data_policy='none' if "
+            "you already give each worker its own data."
+        )
+    return WorkerPart("other", x, y, sample_weight)
+
+
+def no_separate_targets(y: Any, sample_weight: Any, kind: str) -> None:
+    if y is not None or sample_weight is not None:
+        raise DataError(f"y and sample_weight must be inside {kind}, not passed separately to fit.")
