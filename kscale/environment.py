@@ -45,6 +45,8 @@ class Environment:
     legacy_keras: bool | None = None
     #: KERAS_BACKEND, if set: the backend Keras 3 runs on ("jax", "tensorflow", "torch").
     keras_backend: str | None = None
+    #: KERAS_HOME, if set: where Keras keeps keras.json (default ~/.keras).
+    keras_home: str | None = None
     #: KERAS_DISTRIBUTION_JOB_ADDRESSES: the coordinator (first address) of a keras.distribution job.
     coordinator: str | None = None
 
@@ -318,6 +320,7 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
         backend_override=override,
         legacy_keras=_flag(env, "TF_USE_LEGACY_KERAS"),
         keras_backend=env.get("KERAS_BACKEND") or None,
+        keras_home=env.get("KERAS_HOME") or None,
     )
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
 from typing import Any
@@ -76,13 +77,28 @@ def process_keras() -> KerasInfo:
 
 
 def keras_3_backend() -> str:
-    """Keras 3's backend: KERAS_BACKEND, else what Keras itself reads from its config (importing it)."""
-    chosen = environment.current().keras_backend
-    if chosen:
-        return chosen
-    import keras
+    """Keras 3's backend as Keras decides it: KERAS_BACKEND, else keras.json in KERAS_HOME (~/.keras)."""
+    env = environment.current()
+    if env.keras_backend:
+        return env.keras_backend
+    config = os.path.join(env.keras_home or os.path.expanduser("~/.keras"), "keras.json")
+    try:
+        with open(config) as f:
+            return str(json.load(f).get("backend") or "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
 
-    return keras.config.backend()
+
+def legacy_keras_needed() -> bool:
+    """Horovod and MultiWorkerMirroredStrategy need Keras 2 here: TF >= 2.16 with tf_keras installed (and
+    TF_USE_LEGACY_KERAS not set to something else)."""
+    tf_version = _tensorflow_version()
+    return (
+        tf_version is not None
+        and tf_version[:2] >= _FIRST_TF_WITH_KERAS_3
+        and is_installed("tf_keras")
+        and environment.current().legacy_keras is not False
+    )
 
 
 def keras_of(model: Any) -> KerasInfo | None:
@@ -116,8 +132,7 @@ def use_legacy_keras_under_launchers(env: environment.Environment) -> bool:
     launchers = (environment.Launcher.HOROVOD, environment.Launcher.MPI, environment.Launcher.TF_CONFIG)
     if env.legacy_keras is not None or env.launcher not in launchers or env.world_size < 2:
         return False
-    tf_version = _tensorflow_version()
-    if tf_version is None or tf_version[:2] < _FIRST_TF_WITH_KERAS_3 or not is_installed("tf_keras"):
+    if not legacy_keras_needed():
         return False
     if "tensorflow" in sys.modules:
         return False  # too late to change what tf.keras is; distribute() explains if it matters

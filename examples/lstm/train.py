@@ -5,7 +5,10 @@
     horovodrun -np 2 -H localhost:2 python examples/lstm/train.py   # Horovod, 2 workers
     kscale run -np 2 -- python examples/lstm/train.py               # the same, through kscale
 
-Without kscale this is a plain Keras script; the distributed version differs by one line (marked).
+The same file runs in every stack (README, "Which stack?"): tf.keras on TensorFlow 2.15 or with tf_keras,
+Keras 3 on TensorFlow, Keras 3 on JAX (`KERAS_BACKEND=jax kscale run -np 2 -- python ...`, or one process
+with `--backend jax --cpu-devices 2`). Without kscale this is a plain Keras script; the distributed
+version differs by one line (marked).
 Data: synthetic noisy sine sequences by default (predict the next value), or --data FILE.npz (arrays
 `x` [samples, timesteps, features] and `y` [samples, 1]) or FILE.csv (each row one sequence, the last
 column the target).
@@ -31,18 +34,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32, help="per replica, in every mode")
     p.add_argument("--lr", type=float, default=0.005, help="single-replica learning rate")
     p.add_argument(
-        "--backend", default=None, help="single | mirrored | horovod | multi_worker (default: auto)"
+        "--backend", default=None, help="single | mirrored | horovod | multi_worker | jax (default: auto)"
     )
     p.add_argument(
         "--cpu-devices", type=int, default=0, help="split the CPU into N logical devices (mirrored)"
     )
     p.add_argument("--data-policy", default="shard", help="shard | divide_epochs | none")
-    p.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: TF default)")
+    p.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: its default)")
     p.add_argument("--checkpoint", help="save a checkpoint here every epoch (rank 0 only, atomically)")
     p.add_argument("--save", help="save the trained model here at the end (rank 0 only, atomically)")
     p.add_argument("--report", help="write wall time, samples/s and final loss here as JSON (rank 0)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-kscale", action="store_true", help="plain Keras, no kscale at all")
+    p.add_argument("--no-kscale", action="store_true", help="plain Keras: train without kscale.distribute()")
     return p.parse_args(argv)
 
 
@@ -63,44 +66,55 @@ def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     return waves[:, :-1, None], waves[:, -1:]
 
 
+def keras_of_this_stack():
+    """tf.keras where TensorFlow is installed (Keras 2, tf_keras or Keras 3 on TF), else Keras 3 (on JAX)."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        import keras
+
+        return keras, None
+    return tf.keras, tf
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    import tensorflow as tf
+    if args.cpu_devices > 1:  # JAX: N CPU devices, before JAX starts
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.cpu_devices}"
+        )
+    import kscale  # before building the model: joins the job, pins GPUs, sets up multi-worker TF / JAX
 
-    if args.cpu_devices > 1:  # before any op: lets MirroredStrategy run N replicas on one CPU
+    keras, tf = keras_of_this_stack()
+    if (
+        tf is not None and args.cpu_devices > 1
+    ):  # before any op: lets MirroredStrategy run N replicas on one CPU
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * args.cpu_devices
         )
-    if args.threads:
+    if tf is not None and args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    if not args.no_kscale:
-        import kscale  # before building the model: pins GPUs and sets up multi-worker TF
 
     x, y = load_data(args)
-    tf.keras.utils.set_random_seed(args.seed)
-    model = tf.keras.Sequential(
-        [
-            tf.keras.layers.LSTM(args.units, input_shape=x.shape[1:]),
-            tf.keras.layers.Dense(1),
-        ]
-    )
-    model.compile(optimizer=tf.keras.optimizers.Adam(args.lr), loss="mse", metrics=["mae"])
+    kscale.set_seed(args.seed)
+    model = keras.Sequential([keras.Input(x.shape[1:]), keras.layers.LSTM(args.units), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(args.lr), loss="mse", metrics=["mae"])
 
     chief, replicas = True, 1
     if not args.no_kscale:
         options = {"data_policy": args.data_policy}
         if args.backend:
             options["backend"] = args.backend
-        if args.cpu_devices > 1:
+        if args.cpu_devices > 1 and tf is not None:
             options["devices"] = [f"CPU:{i}" for i in range(args.cpu_devices)]
         model = kscale.distribute(model, **options)  # <- the one line
         chief, replicas = kscale.is_chief(), kscale.num_replicas()
 
     callbacks = []
     if args.checkpoint:
-        callbacks.append(tf.keras.callbacks.ModelCheckpoint(args.checkpoint))
+        callbacks.append(keras.callbacks.ModelCheckpoint(args.checkpoint))
     start = time.perf_counter()
     history = model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks, verbose=2)
     wall = time.perf_counter() - start

@@ -140,7 +140,7 @@ def parse_options(backend: Backend, keywords: dict[str, Any], common: list[str])
     as on the cluster) and then refused here, so a script never silently trains without it.
     """
     owners: dict[str, list[type[Backend]]] = {}
-    loaded = [cls for cls in _importable() if cls.keras_generation == backend.keras_generation]
+    loaded = _importable(backend.keras_generation)
     for cls in loaded:
         for field in dataclasses.fields(cls.Options):
             owners.setdefault(field.name, []).append(cls)
@@ -189,10 +189,13 @@ def current(
     return backend
 
 
-def _importable() -> list[type[Backend]]:
-    """The backend classes this process can import (a lane has only its own frameworks)."""
+def _importable(generation: int) -> list[type[Backend]]:
+    """The backend classes for a Keras generation that this process can import (a lane has only its own
+    frameworks: Keras 3 on TensorFlow has no jax, the JAX lane no TensorFlow)."""
     classes = []
     for entry in REGISTRY:
+        if entry.keras != generation:
+            continue
         try:
             classes.append(entry.load())
         except ImportError:

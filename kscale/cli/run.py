@@ -1,6 +1,12 @@
-"""`kscale run`: launch a training script with Horovod, after checking that the launch can work.
+"""`kscale run`: launch a training script on every engine, after checking that the launch can work.
 
-Two ways to launch:
+`--engine` picks what runs the workers (default: what the installed stack runs with several processes,
+see kscale.cli.engines): `horovod` hands the job to Horovod's runner as below; `tf` and `jax` start this
+node's workers with TF_CONFIG or Keras' KERAS_DISTRIBUTION_* variables (kscale.cli.workers), locally
+with `-np N`, or one `kscale run` per node with `--nnodes/--node-rank/--master/--nproc-per-node` (the tf
+engine also needs `-H node0,node1,...` there: TF_CONFIG lists every worker's address).
+
+For Horovod, two ways to launch:
 
 - `kscale run -np 4 [-H a:2,b:2 | --hostfile F] [horovodrun options] -- python train.py` hands the job to
   Horovod's own runner (`horovod.runner.launch`): same options, same SSH start of remote workers, same
@@ -28,13 +34,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kscale import frameworks
 from kscale.cli import checks as checks_mod
-from kscale.cli import pernode
+from kscale.cli import engines, pernode, workers
 from kscale.cli.facts import HOROVOD_INSTALL, BuildInfo, Intent, gather, probe_build
 from kscale.cli.hosts import Host, format_hosts, parse_host_list, parse_hostfile, total_slots
 from kscale.errors import KScaleError, LaunchError, MissingDependencyError
 
-DESCRIPTION = "Launch a training script on one or more hosts with Horovod (Gloo or MPI)."
+DESCRIPTION = (
+    "Launch a training script on one or more hosts: Horovod (Gloo or MPI), TensorFlow multi-worker or "
+    "Keras 3 on JAX."
+)
 
 EPILOG = """\
 Any horovodrun option is passed to Horovod, e.g. -np N, -H host1:2,host2:2, --hostfile F, --gloo,
@@ -54,6 +64,13 @@ examples:
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     """kscale's own launch options (shared by `kscale run` and `kscale test`)."""
+    parser.add_argument(
+        "--engine",
+        choices=engines.ENGINES,
+        help="horovod (horovodrun), tf (TF_CONFIG workers: MultiWorkerMirroredStrategy) or jax (Keras 3 "
+        "keras.distribution). Default: jax for Keras 3 on JAX, horovod for tf.keras where Horovod is "
+        "installed, else tf",
+    )
     group = parser.add_argument_group("per-node launch (no SSH; run once on every node)")
     group.add_argument("--nnodes", type=int, help="number of nodes taking part")
     group.add_argument(
@@ -355,11 +372,54 @@ def run_pernode(
     return pernode.launch(spec, hvd.command, {k: str(v) for k, v in env.items()})
 
 
+def run_engine(
+    engine: str, spec: pernode.NodeSpec | None, options: list[str], command: list[str], skip_checks: bool
+) -> int:
+    """Launch the tf or jax engine: this node's workers, each with the variables that make it join the job."""
+    parser = argparse.ArgumentParser(f"kscale run --engine {engine}", add_help=False, allow_abbrev=False)
+    parser.add_argument("-np", "--num-proc", type=int, dest="num_proc")
+    parser.add_argument("-H", "--hosts")
+    known, rest = parser.parse_known_args(options)
+    engines.forbidden_options(engine, rest)
+    if not skip_checks:
+        check_command(command)
+    hosts = tuple(h.split(":")[0] for h in known.hosts.split(",")) if known.hosts else ()
+    if spec is None:
+        if known.num_proc is None or known.num_proc < 1:
+            raise LaunchError(
+                f"give the number of worker processes: kscale run --engine {engine} -np N -- ..."
+            )
+        if hosts and any(h not in ("localhost", "127.0.0.1") for h in hosts):
+            raise LaunchError(
+                f"the {engine} engine starts workers on this host only; on several hosts run kscale run on "
+                "each with --nnodes/--node-rank/--master (no SSH needed)."
+            )
+        ports = workers.free_ports(max(known.num_proc, 1))
+        layout = engines.Layout(1, 0, known.num_proc, "127.0.0.1", ports[0], ports=tuple(ports))
+    else:
+        total = spec.nnodes * spec.nproc_per_node
+        if known.num_proc is not None and known.num_proc != total:
+            raise LaunchError(
+                f"-np {known.num_proc} does not match --nnodes {spec.nnodes} x --nproc-per-node "
+                f"{spec.nproc_per_node} = {total}; leave -np out of a per-node launch."
+            )
+        layout = engines.Layout(
+            spec.nnodes, spec.node_rank, spec.nproc_per_node, spec.master_addr, spec.master_port, hosts=hosts
+        )
+    return workers.run(command, engines.worker_envs(engine, layout, os.environ))
+
+
 def run_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
     """Entry point of `kscale run` (also used by `kscale test`). `build` fakes the Horovod build in tests."""
     try:
         options, command = split_command(args.launcher_args)
         spec = node_spec(args, os.environ)
+        engine = args.engine or engines.default_engine()
+        if engine != "horovod":
+            return run_engine(engine, spec, options, command, args.no_preflight)
+        if frameworks.legacy_keras_needed():
+            # Horovod works with Keras 2 only on TF >= 2.16, and reads tf.keras when it is imported.
+            os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
         if spec is not None:
             return run_pernode(spec, options, command, args.no_preflight, build)
         hvd = parse_horovod_args([*options, *command])

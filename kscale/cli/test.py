@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import io
+import subprocess
 import sys
 from typing import Any, TextIO
 
+from kscale.cli import engines
 from kscale.cli.facts import BuildInfo
 from kscale.cli.run import add_launch_arguments, run_command, split_command
+from kscale.errors import LaunchError
 from kscale.selftest.script import FAIL, PASS
 
 DESCRIPTION = "Check allreduce, broadcast and synchronous training on the launcher you will use."
@@ -64,6 +67,12 @@ def test_command(args: argparse.Namespace, build: BuildInfo | None = None) -> in
             "kscale test: error: kscale test runs its own script; drop the command after --", file=sys.stderr
         )
         return 2
+    if args.engine is None:
+        try:
+            engines.default_engine()
+        except LaunchError as err:  # this stack trains in one process: check that process
+            print(f"kscale test: {err}\nkscale test: checking training in one process instead.")
+            return _verdict(*_run_one_process(args.steps))
     per_node = any(v is not None for v in (args.nnodes, args.node_rank, args.master, args.nproc_per_node))
     if not per_node and not any(o in ("-np", "--num-proc") or o.startswith("--num-proc=") for o in options):
         options = ["-np", "2", *options]
@@ -74,6 +83,19 @@ def test_command(args: argparse.Namespace, build: BuildInfo | None = None) -> in
         code = run_command(args, build=build)
     finally:
         sys.stdout = saved
+    return _verdict(code, tee)
+
+
+def _run_one_process(steps: int) -> tuple[int, _Tee]:
+    tee = _Tee(sys.stdout)
+    done = subprocess.run(
+        selftest_command(steps), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    tee.write(done.stdout)
+    return done.returncode, tee
+
+
+def _verdict(code: int, tee: _Tee) -> int:
     failed = [line for line in tee.verdicts if FAIL in line]
     passed = [line for line in tee.verdicts if PASS in line]
     if code == 0 and not failed:

@@ -1,9 +1,10 @@
 """The self-test each rank runs: allreduce, broadcast, then a few training steps that must agree.
 
-Written against `horovod.tensorflow.keras` directly (plus a small Keras model), so it checks the
-cluster and Horovod install without depending on the rest of kscale. Every check prints one line; the
-last line is `kscale selftest PASS ...` or `kscale selftest FAIL ...: reason`, and the exit status
-follows, so `kscale test` (and a test suite) can read the verdict from any rank.
+It runs under every engine `kscale run` launches: Horovod (its collectives, checked directly, so a
+broken Horovod install shows as such), TensorFlow's MultiWorkerMirroredStrategy and Keras 3 on JAX (the
+strategy's or jax.distributed's collectives). Every check prints one line; the last line is
+`kscale selftest PASS ...` or `kscale selftest FAIL ...: reason`, and the exit status follows, so
+`kscale test` (and a test suite) can read the verdict from any rank.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--fail-rank",
         type=int,
         default=None,
-        help="make this rank exit right after hvd.init(), to check that the launcher stops the job",
+        help="make this rank exit right after joining the job, to check that the launcher stops the job",
     )
     parser.add_argument("--fail-code", type=int, default=3, help="exit status used with --fail-rank")
     return parser.parse_args(argv)
@@ -36,16 +37,146 @@ def _digest(flat: Any) -> str:
     return hashlib.sha256(flat.astype("float32").tobytes()).hexdigest()[:16]
 
 
-def build_model(seed: int) -> Any:
-    """A small dense model whose initial weights depend on `seed` (so ranks start different)."""
+class Collectives:
+    """What the self-test needs from an engine: who I am, a sum over ranks, every rank's copy of an array."""
+
+    rank: int
+    size: int
+    #: Whether ranks may start from different weights (JAX checks that new variables are equal everywhere).
+    ranks_may_differ = True
+
+    def allreduce_sum(self, value: float) -> float:
+        raise NotImplementedError
+
+    def gather(self, flat: Any) -> Any:
+        """One row per rank."""
+        raise NotImplementedError
+
+    def broadcast(self, model: Any) -> bool:
+        """Give every rank rank 0's weights with the engine's own broadcast; False where kscale.distribute()
+        is the broadcast (checked with training)."""
+        return False
+
+
+class HorovodCollectives(Collectives):
+    def __init__(self) -> None:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        self.hvd = hvd
+        self.rank, self.size = hvd.rank(), hvd.size()
+
+    def allreduce_sum(self, value: float) -> float:
+        import tensorflow as tf
+
+        return float(
+            self.hvd.allreduce(tf.constant(value), op=self.hvd.Sum, name="kscale_selftest_sum").numpy()
+        )
+
+    def gather(self, flat: Any) -> Any:
+        import tensorflow as tf
+
+        return self.hvd.allgather(tf.constant(flat[None, :], dtype=tf.float32)).numpy()
+
+    def broadcast(self, model: Any) -> bool:
+        self.hvd.broadcast_variables(model.variables, root_rank=0)
+        return True
+
+
+class StrategyCollectives(Collectives):
+    """MultiWorkerMirroredStrategy's collectives (the strategy kscale created at import)."""
+
+    def __init__(self) -> None:
+        import tensorflow as tf
+
+        from kscale import backends
+
+        self.tf = tf
+        self.backend = backends.current()
+        self.strategy = self.backend.strategy
+        self.rank, self.size = self.backend.worker_index, self.backend.num_workers
+
+    def allreduce_sum(self, value: float) -> float:
+        tf = self.tf
+        per_replica = self.strategy.run(lambda: tf.constant(value, tf.float32))
+        return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy())
+
+    def gather(self, flat: Any) -> Any:
+        tf = self.tf
+        per_replica = self.strategy.run(lambda: tf.constant(flat[None, :], tf.float32))
+        return self.strategy.gather(per_replica, axis=0).numpy()
+
+
+class JaxCollectives(Collectives):
+    ranks_may_differ = False
+
+    def __init__(self) -> None:
+        import jax
+
+        from kscale import backends
+
+        backends.current()  # kscale joined the job at import
+        self.rank, self.size = jax.process_index(), jax.process_count()
+
+    def allreduce_sum(self, value: float) -> float:
+        import numpy as np
+
+        return float(self.gather(np.array([value], "float32")).sum())
+
+    def gather(self, flat: Any) -> Any:
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(np.asarray(flat, "float32")))
+
+
+class OneProcess(Collectives):
+    """No launcher: one process (Keras 3 on TensorFlow trains in one process, on all its devices)."""
+
+    rank, size = 0, 1
+
+    def allreduce_sum(self, value: float) -> float:
+        return value
+
+    def gather(self, flat: Any) -> Any:
+        return flat[None, :]
+
+
+def collectives() -> Collectives:
+    from kscale import environment
+
+    launcher = environment.current().launcher
+    if launcher is environment.Launcher.NONE:
+        return OneProcess()
+    if launcher in (environment.Launcher.HOROVOD, environment.Launcher.MPI):
+        return HorovodCollectives()
+    if launcher is environment.Launcher.TF_CONFIG:
+        return StrategyCollectives()
+    if launcher is environment.Launcher.KERAS_DISTRIBUTION:
+        return JaxCollectives()
+    raise SystemExit(f"{FAIL}: started by {launcher.value}, which the self-test does not know")
+
+
+def keras_module() -> Any:
+    from kscale import frameworks
+
+    if frameworks.process_keras().generation == 3:
+        import keras
+
+        return keras
     import tensorflow as tf
 
-    init = tf.keras.initializers.GlorotUniform(seed=seed)
-    return tf.keras.Sequential(
+    return tf.keras
+
+
+def build_model(keras: Any, seed: int) -> Any:
+    """A small dense model whose initial weights depend on `seed` (so ranks can start different)."""
+    init = keras.initializers.GlorotUniform(seed=seed)
+    return keras.Sequential(
         [
-            tf.keras.Input(shape=(8,)),
-            tf.keras.layers.Dense(16, activation="tanh", kernel_initializer=init),
-            tf.keras.layers.Dense(1, kernel_initializer=init),
+            keras.Input(shape=(8,)),
+            keras.layers.Dense(16, activation="tanh", kernel_initializer=init),
+            keras.layers.Dense(1, kernel_initializer=init),
         ]
     )
 
@@ -53,27 +184,19 @@ def build_model(seed: int) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
-    import tensorflow as tf
+    import kscale  # first: joins the job where the engine needs it before any framework op
 
-    # Several workers share a machine in a self-test: one thread each keeps them from starving each other.
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    import horovod.tensorflow as hvd
-
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
+    comm = collectives()
+    rank, size = comm.rank, comm.size
     if args.fail_rank == rank:
         print(
-            f"exiting with status {args.fail_code} after hvd.init(), as asked (--fail-rank {rank})",
+            f"exiting with status {args.fail_code} after joining the job, as asked (--fail-rank {rank})",
             flush=True,
         )
-        os._exit(args.fail_code)  # like a crash: no Horovod shutdown, the other ranks are left waiting
+        os._exit(args.fail_code)  # like a crash: no shutdown, the other ranks are left waiting
+    import numpy as np
 
-    def gathered(flat: Any) -> Any:
-        """Every rank's copy of `flat`, one row per rank."""
-        rows = hvd.allgather(tf.constant(flat[None, :], dtype=tf.float32), name=None)
-        return rows.numpy()
+    keras = keras_module()
 
     def spread(rows: Any) -> float:
         return float(np.max(np.abs(rows - rows[0:1]))) if len(rows) > 1 else 0.0
@@ -81,46 +204,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems: list[str] = []
 
     # 1. allreduce: the sum of the ranks.
-    total = float(hvd.allreduce(tf.constant(float(rank)), op=hvd.Sum, name="kscale_selftest_sum").numpy())
+    total = comm.allreduce_sum(float(rank))
     expected = size * (size - 1) / 2
     if total != expected:
         problems.append(f"allreduce(sum of ranks) gave {total}, expected {expected}")
     print(f"allreduce: sum of ranks 0..{size - 1} = {total:g} (expected {expected:g})", flush=True)
 
-    # 2. broadcast: differently seeded weights become rank 0's.
-    model = build_model(seed=1000 + rank)
+    def flat_weights(model: Any) -> Any:
+        return np.concatenate([np.asarray(w).reshape(-1) for w in model.get_weights()]).astype("float32")
 
-    def flat_weights() -> Any:
-        return np.concatenate([w.reshape(-1) for w in model.get_weights()]).astype("float32")
-
-    before = gathered(flat_weights())
-    if size > 1 and spread(before) == 0.0:
+    # 2. broadcast: differently seeded weights become rank 0's (Horovod's own broadcast; the other engines'
+    # broadcast is what kscale.distribute() does, checked in 3).
+    differ = comm.ranks_may_differ
+    model = build_model(keras, seed=1000 + rank if differ else 1000)
+    before = comm.gather(flat_weights(model))
+    if size > 1 and differ and spread(before) == 0.0:
         problems.append("ranks started with identical weights although they were seeded differently")
-    hvd.broadcast_variables(model.variables, root_rank=0)
-    after = gathered(flat_weights())
-    if spread(after) != 0.0 or not np.array_equal(after[rank], before[0]):
-        problems.append(f"after broadcast the weights differ from rank 0's (max |diff| {spread(after):.3g})")
-    print(
-        f"broadcast: weights differed by {spread(before):.3g} before, {spread(after):.3g} after", flush=True
-    )
+    if comm.broadcast(model):
+        after = comm.gather(flat_weights(model))
+        if spread(after) != 0.0 or not np.array_equal(after[rank], before[0]):
+            problems.append(
+                f"after broadcast the weights differ from rank 0's (max |diff| {spread(after):.3g})"
+            )
+        print(
+            f"broadcast: weights differed by {spread(before):.3g} before, {spread(after):.3g} after",
+            flush=True,
+        )
 
-    # 3. training on different data per rank must keep every rank's weights identical.
+    # 3. training on different data per rank through kscale.distribute, as users' scripts do, must keep
+    # every rank's weights identical (and start them identical).
     rng = np.random.default_rng(rank)
     n = args.steps * args.batch_size
     x = rng.normal(size=(n, 8)).astype("float32")
     y = (x @ np.linspace(-1.0, 1.0, 8, dtype="float32")[:, None] + 0.5).astype("float32")
-    # Through kscale.distribute, as users' scripts do: a fresh, differently seeded model whose weights
-    # distribute() must broadcast, with the data already split by rank (data_policy="none").
-    import kscale
-
-    model = build_model(seed=2000 + rank)
-    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.05), loss="mse")
+    model = build_model(keras, seed=2000 + rank if differ else 2000)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05), loss="mse")
     model = kscale.distribute(model, data_policy="none", print_plan=False)
-    start = flat_weights()
-    if spread(gathered(start)) != 0.0:
+    start = flat_weights(model)
+    if spread(comm.gather(start)) != 0.0:
         problems.append("kscale.distribute() did not give every rank rank 0's weights")
     history = model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0)
-    trained = gathered(flat_weights())
+    trained = comm.gather(flat_weights(model))
     moved = float(np.max(np.abs(trained[rank] - start)))
     if moved == 0.0:
         problems.append("training did not change the weights")
