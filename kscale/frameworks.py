@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 from kscale import environment
-from kscale.errors import MissingDependencyError
 
 #: TensorFlow from this version on ships Keras 3 as tf.keras; Keras 2 is the tf_keras package.
 _FIRST_TF_WITH_KERAS_3 = (2, 16)
@@ -139,14 +138,3 @@ def use_legacy_keras_under_launchers(env: environment.Environment) -> bool:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     environment.reset()
     return True
-
-
-def require_tf_keras() -> None:
-    """TF_USE_LEGACY_KERAS asks for Keras 2 on TensorFlow >= 2.16: that is the tf_keras package."""
-    if not is_installed("tf_keras"):
-        tf_version = ".".join(map(str, (_tensorflow_version() or (2, 18))[:2]))
-        raise MissingDependencyError(
-            f"TF_USE_LEGACY_KERAS=1 asks for Keras 2 (tf_keras), which is not installed. Install the one "
-            f"matching TensorFlow {tf_version}: pip install 'tf-keras=={tf_version}.*' (or pip install "
-            "'kscale[tf218]' for lane B), or unset TF_USE_LEGACY_KERAS to use Keras 3."
-        )

@@ -151,10 +151,10 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     """Feed a worker whose model takes this worker's data as is: Keras slices and batches it as usual."""
     steps = request.steps
     if part.kind == "arrays":
-        available = math.ceil(part.length / request.per_replica)
+        available = math.ceil(part.length / request.per_worker)
         check_steps(steps, available, request)
         return Feed(
-            part.x, part.y, part.sample_weight, request.per_replica, steps, part.notes, steps or available
+            part.x, part.y, part.sample_weight, request.per_worker, steps, part.notes, steps or available
         )
     if part.kind in ("dataset", "sequence"):
         known = part.length if part.length is not None and part.length >= 0 else None

@@ -8,6 +8,18 @@ import pytest
 
 from kscale import environment
 
+#: Prefixes of the variables a launcher sets; unit tests must not see the ones of a surrounding job.
+LAUNCHER_PREFIXES = (
+    "HOROVOD_",
+    "OMPI_",
+    "PMI_",
+    "MPI_LOCAL",
+    "SLURM_",
+    "TF_CONFIG",
+    "KSCALE_",
+    "KERAS_DISTRIBUTION_",
+)
+
 
 @pytest.fixture(autouse=True)
 def _no_leaked_environment_variables():
@@ -27,3 +39,12 @@ def _no_leaked_environment_variables():
     os.environ.update(before)
     if leaked or removed or changed:
         pytest.fail(f"test leaked environment changes: added={leaked} removed={removed} changed={changed}")
+
+
+@pytest.fixture
+def clean_launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove every launcher variable from os.environ for this test (restored afterwards)."""
+    for name in list(os.environ):
+        if name.startswith(LAUNCHER_PREFIXES):
+            monkeypatch.delenv(name)
+    environment.reset()

@@ -96,6 +96,8 @@ def tf_workers(layout: Layout) -> list[str]:
             f"-H node0,node1,... ({layout.nnodes} names) to every node's kscale run (TF_CONFIG lists each "
             "worker's host:port, and a node cannot learn the others' addresses from --master alone)."
         )
+    if layout.ports:
+        return [f"{layout.master_addr}:{port}" for port in layout.ports]
     hosts = layout.hosts or (layout.master_addr,)
     return [
         f"{hosts[node]}:{layout.master_port + local}"

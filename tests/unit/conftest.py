@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -13,9 +12,6 @@ import kscale
 from kscale import backends, environment
 from kscale.backends._tf_keras import TFKerasBackend
 
-#: Prefixes of the variables a launcher sets; unit tests must not see the ones of a surrounding job.
-LAUNCHER_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "MPI_LOCAL", "SLURM_", "TF_CONFIG", "KSCALE_")
-
 
 @pytest.fixture(autouse=True)
 def _fresh_backend() -> Iterator[None]:
@@ -23,15 +19,6 @@ def _fresh_backend() -> Iterator[None]:
     backends.reset()
     yield
     backends.reset()
-
-
-@pytest.fixture
-def clean_launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Remove every launcher variable from os.environ for this test (restored afterwards)."""
-    for name in list(os.environ):
-        if name.startswith(LAUNCHER_PREFIXES):
-            monkeypatch.delenv(name)
-    environment.reset()
 
 
 @pytest.fixture

@@ -249,3 +249,39 @@ def test_environment_is_frozen():
     env = Environment()
     with pytest.raises(AttributeError):
         env.rank = 3  # type: ignore[misc]
+
+
+# -- Keras 3's keras.distribution variables, and what says which Keras to use ---------------------------------
+def test_keras_distribution_variables_as_kscale_run_sets_them():
+    env = detect(
+        {
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": "10.0.0.1:1234,10.0.0.2:1234",
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": "4",
+            "KERAS_DISTRIBUTION_PROCESS_ID": "3",
+            "KSCALE_LOCAL_RANK": "1",
+            "KSCALE_LOCAL_SIZE": "2",
+        }
+    )
+    assert env.launcher is Launcher.KERAS_DISTRIBUTION
+    assert (env.rank, env.world_size, env.local_rank, env.local_size) == (3, 4, 1, 2)
+    assert env.coordinator == "10.0.0.1:1234"
+
+
+def test_keras_distribution_without_kscale_run_is_one_process_per_host():
+    env = detect({"KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": "1"})
+    assert (env.rank, env.world_size, env.local_rank, env.local_size, env.coordinator) == (1, 2, 0, 1, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "legacy"),
+    [("1", True), ("true", True), ("True", True), ("0", False), ("yes", False), ("", None)],
+)
+def test_tf_use_legacy_keras_is_read_as_tensorflow_reads_it(value, legacy):
+    assert detect({"TF_USE_LEGACY_KERAS": value}).legacy_keras is legacy
+    assert detect({}).legacy_keras is None
+
+
+def test_keras_backend_and_home():
+    env = detect({"KERAS_BACKEND": "jax", "KERAS_HOME": "/opt/keras"})
+    assert (env.keras_backend, env.keras_home) == ("jax", "/opt/keras")
+    assert (detect({}).keras_backend, detect({}).keras_home) == (None, None)

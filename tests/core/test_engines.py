@@ -1,0 +1,75 @@
+"""kscale.cli.engines: what each worker's environment says to join a TF multi-worker or a JAX job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kscale.cli import engines
+from kscale.errors import LaunchError
+from kscale.frameworks import KerasInfo
+
+
+def test_jax_workers_get_keras_distribution_variables():
+    layout = engines.Layout(
+        nnodes=2, node_rank=1, nproc_per_node=2, master_addr="10.0.0.1", master_port=29400
+    )
+    envs = engines.worker_envs("jax", layout, {"PATH": "/bin"})
+    assert sorted(envs) == [2, 3]
+    env = envs[3]
+    assert env["KERAS_DISTRIBUTION_JOB_ADDRESSES"] == "10.0.0.1:29400"
+    assert (env["KERAS_DISTRIBUTION_NUM_PROCESSES"], env["KERAS_DISTRIBUTION_PROCESS_ID"]) == ("4", "3")
+    assert (env["KSCALE_LOCAL_RANK"], env["KSCALE_LOCAL_SIZE"], env["KERAS_BACKEND"]) == ("1", "2", "jax")
+    assert env["PATH"] == "/bin"
+
+
+def test_tf_workers_on_one_host_get_one_tf_config_each():
+    layout = engines.Layout(1, 0, 2, "127.0.0.1", 5000, ports=(5000, 5123))
+    envs = engines.worker_envs("tf", layout, {})
+    configs = [json.loads(envs[r]["TF_CONFIG"]) for r in (0, 1)]
+    assert configs[0]["cluster"] == configs[1]["cluster"] == {"worker": ["127.0.0.1:5000", "127.0.0.1:5123"]}
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+
+
+def test_tf_workers_on_several_nodes_need_every_nodes_address():
+    layout = engines.Layout(2, 1, 2, "10.0.0.1", 7000, hosts=("10.0.0.1", "10.0.0.2"))
+    config = json.loads(engines.worker_envs("tf", layout, {})[3]["TF_CONFIG"])
+    assert config["cluster"]["worker"] == ["10.0.0.1:7000", "10.0.0.1:7001", "10.0.0.2:7000", "10.0.0.2:7001"]
+    assert config["task"] == {"type": "worker", "index": 3}
+    with pytest.raises(LaunchError, match="-H node0,node1"):
+        engines.worker_envs("tf", engines.Layout(2, 1, 2, "10.0.0.1", 7000), {})
+
+
+def test_horovodrun_options_are_refused_by_the_other_engines():
+    engines.forbidden_options("jax", [])
+    with pytest.raises(LaunchError, match="'--gloo' is a horovodrun option"):
+        engines.forbidden_options("jax", ["--gloo"])
+
+
+@pytest.mark.parametrize(
+    ("keras", "legacy_possible", "horovod", "engine"),
+    [
+        (KerasInfo(3, "jax"), False, False, "jax"),
+        (KerasInfo(2, "tensorflow"), False, True, "horovod"),
+        (KerasInfo(2, "tensorflow"), False, False, "tf"),
+        (KerasInfo(3, "tensorflow"), True, True, "horovod"),  # lane B: tf_keras stands in for Keras 3
+    ],
+)
+def test_default_engine_is_what_the_stack_runs_with_several_processes(
+    monkeypatch, keras, legacy_possible, horovod, engine
+):
+    monkeypatch.setattr(engines.frameworks, "process_keras", lambda: keras)
+    monkeypatch.setattr(engines.frameworks, "legacy_keras_needed", lambda: legacy_possible)
+    monkeypatch.setattr(engines.frameworks, "is_installed", lambda package: package == "horovod" and horovod)
+    assert engines.default_engine() == engine
+
+
+def test_keras_3_on_tensorflow_has_no_multi_process_engine(monkeypatch):
+    monkeypatch.setattr(engines.frameworks, "process_keras", lambda: KerasInfo(3, "tensorflow"))
+    monkeypatch.setattr(engines.frameworks, "legacy_keras_needed", lambda: False)
+    with pytest.raises(LaunchError) as err:
+        engines.default_engine()
+    message = str(err.value)
+    assert "never averages Keras 3 gradients" in message and "keras#20585" in message
+    assert "KERAS_BACKEND=jax" in message and "kscale[tf218]" in message

@@ -1,0 +1,71 @@
+"""kscale.sharding: equal, disjoint parts of array input, without any framework."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from kscale.errors import DataError
+from kscale.sharding import (
+    FeedRequest,
+    Shard,
+    array_part,
+    flatten,
+    is_array_data,
+    map_structure,
+    one_process_feed,
+    other_part,
+)
+
+
+def request(
+    workers=2, index=0, per_replica=4, replicas_per_worker=1, steps=None, what="training data"
+) -> FeedRequest:
+    return FeedRequest(per_replica, False, steps, what, "shard", Shard(index, workers), replicas_per_worker)
+
+
+def test_flatten_and_map_follow_nested_lists_tuples_and_dicts_in_key_order():
+    Pair = collections.namedtuple("Pair", "a b")
+    structure = {"b": [1, (2, 3)], "a": Pair(4, 5)}
+    assert flatten(structure) == [4, 5, 1, 2, 3]
+    doubled = map_structure(lambda v: 2 * v, structure)
+    assert doubled == {"b": [2, (4, 6)], "a": Pair(8, 10)} and isinstance(doubled["a"], Pair)
+
+
+def test_array_data_is_arrays_or_structures_of_them():
+    assert is_array_data(np.zeros((3, 2))) and is_array_data({"x": np.zeros(3), "y": [np.zeros(3)]})
+    assert not is_array_data([1, 2, 3]) and not is_array_data(None) and not is_array_data(np.float32(1.0))
+
+
+@pytest.mark.parametrize("total", [8, 9, 11])
+def test_two_workers_get_equal_strided_parts(total):
+    x = np.arange(total)
+    parts = [array_part(x, x * 10, None, request(index=r)) for r in range(2)]
+    assert [p.length for p in parts] == [total // 2] * 2
+    np.testing.assert_array_equal(parts[0].x, x[0 : total // 2 * 2 : 2])
+    np.testing.assert_array_equal(parts[1].y, 10 * x[1 : total // 2 * 2 : 2])
+    assert parts[0].notes == (
+        [f"1 trailing sample(s) of {total} unused so workers stay even"] if total % 2 else []
+    )
+
+
+def test_fewer_samples_than_workers_is_a_data_error():
+    with pytest.raises(DataError, match="has 1 sample"):
+        array_part(np.zeros(1), None, None, request())
+
+
+def test_a_worker_with_two_devices_takes_two_replicas_worth_per_step():
+    part = array_part(np.zeros(40), None, None, request(workers=2, per_replica=4, replicas_per_worker=2))
+    feed = one_process_feed(part, request(workers=2, per_replica=4, replicas_per_worker=2))
+    assert (feed.batch_size, feed.epoch_steps) == (8, 3)  # 20 samples each, 8 per step
+
+
+def test_steps_beyond_the_data_and_unsplittable_input_are_data_errors():
+    part = array_part(np.zeros(16), None, None, request())
+    with pytest.raises(DataError, match="asks each worker for 5 steps"):
+        one_process_feed(part, request(steps=5))
+    with pytest.raises(DataError, match="cannot split generator"):
+        other_part((i for i in range(3)), None, None, request())
+    assert other_part([1, 2], None, None, request(workers=1)).kind == "other"

@@ -1,0 +1,219 @@
+"""`kscale.distribute` on Keras 3 models (JAX or TensorFlow): the user's own model, scaled, sharded, saved once."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import kscale
+from kscale.distributed_model import state_of
+from kscale.errors import BackendError, DataError, OptionError
+
+from .conftest import KERAS_BACKEND, regression_data, tiny_model
+
+X, Y = regression_data(16)
+
+
+@keras.saving.register_keras_serializable(package="kscale_tests")
+class TwoLayers(keras.Model):
+    def __init__(self, units: int = 4, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.hidden = keras.layers.Dense(units, activation="tanh")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+def compiled(kind: str, lr: float = 0.05) -> keras.Model:
+    kscale.set_seed(0)
+    if kind == "sequential":
+        model = keras.Sequential(
+            [keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)]
+        )
+    elif kind == "functional":
+        inputs = keras.Input((3,))
+        model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Dense(4, activation="tanh")(inputs)))
+    else:
+        model = TwoLayers()
+        model(X[:1])
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss="mse", metrics=["mae"])
+    return model
+
+
+def twin_of(model: keras.Model) -> keras.Model:
+    twin = keras.models.clone_model(model)
+    if not twin.built:
+        twin(X[:1])
+    twin.set_weights(model.get_weights())
+    twin.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    return twin
+
+
+@pytest.fixture(params=["sequential", "functional", "subclassed"])
+def kind(request) -> str:
+    return request.param
+
+
+@pytest.mark.usefixtures("single_process")
+def test_the_result_is_the_users_model_and_trains_like_keras(kind):
+    model = compiled(kind)
+    twin = twin_of(model)
+    distributed = kscale.distribute(model, print_plan=False)
+    assert distributed is model and type(distributed) is type(model) and isinstance(distributed, keras.Model)
+    ours = distributed.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    theirs = twin.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_allclose(ours.history["loss"], theirs.history["loss"], rtol=1e-5)
+    assert distributed.evaluate(X, Y, verbose=0) == pytest.approx(twin.evaluate(X, Y, verbose=0), rel=1e-5)
+    np.testing.assert_allclose(
+        distributed.predict(X, verbose=0), twin.predict(X, verbose=0), rtol=1e-5, atol=1e-6
+    )
+    assert distributed.train_on_batch(X, Y) == pytest.approx(twin.train_on_batch(X, Y), rel=1e-5)
+    assert distributed.test_on_batch(X, Y, return_dict=True) == pytest.approx(
+        twin.test_on_batch(X, Y, return_dict=True), rel=1e-5
+    )
+    np.testing.assert_allclose(
+        distributed.predict_on_batch(X), twin.predict_on_batch(X), rtol=1e-5, atol=1e-6
+    )
+    assert distributed.kscale_plan.backend == "single"
+
+
+@pytest.mark.usefixtures("single_process")
+def test_keras_apis_take_the_distributed_model(kind, tmp_path):
+    distributed = kscale.distribute(compiled(kind), print_plan=False)
+    clone = keras.models.clone_model(distributed)
+    assert type(clone) is type(distributed) and state_of(clone) is None
+    path = str(tmp_path / "model.keras")
+    keras.saving.save_model(distributed, path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(loaded.predict(X, verbose=0), distributed.predict(X, verbose=0), rtol=1e-6)
+    outer = keras.Sequential([keras.Input((3,)), distributed, keras.layers.Dense(1)])
+    assert outer(X).shape == (16, 1)
+    assert type(distributed).from_config(distributed.get_config()).get_config() == distributed.get_config()
+
+
+def test_two_workers_scale_the_rate_and_take_half_the_data(distribute_as_worker):
+    distributed = distribute_as_worker(tiny_model(lr=0.05), worker_index=1)
+    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.1)
+    distributed.fit(*regression_data(21), batch_size=4, verbose=0)
+    plan = distributed.kscale_plan
+    assert (plan.per_replica_batch, plan.global_batch, plan.steps_per_epoch_after) == (4, 8, 3)
+    assert plan.notes == ("1 trailing sample(s) of 21 unused so workers stay even",)
+    distributed.compile(optimizer="adam", loss="mse")  # compile again: still scaled
+    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.002)
+
+
+def test_warmup_ramps_from_the_single_replica_rate(distribute_as_worker):
+    distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
+    rate = state_of(distributed).learning_rate
+    distributed.fit(*regression_data(16), batch_size=2, verbose=0)  # 8 per worker: 4 steps an epoch
+    assert rate.warmup_steps == 8
+    assert float(rate(0)) == pytest.approx(0.05) and float(rate(4)) == pytest.approx(0.075)
+    assert float(rate(8)) == pytest.approx(0.1) and float(rate(100)) == pytest.approx(0.1)
+
+
+def test_gradient_accumulation_is_the_optimizers_own_option(distribute_as_worker):
+    distributed = distribute_as_worker(tiny_model(), gradient_accumulation_steps=2)
+    assert distributed.optimizer.gradient_accumulation_steps == 2
+    with pytest.raises(OptionError, match="gradient_accumulation_steps=0 must be an integer >= 1"):
+        distribute_as_worker(tiny_model(), gradient_accumulation_steps=0)
+
+
+class Recorder(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.save(self.path)
+
+
+@pytest.mark.parametrize(("worker", "written"), [(0, True), (1, False)])
+def test_files_are_written_once_by_the_chief(distribute_as_worker, tmp_path, worker, written):
+    distributed = distribute_as_worker(tiny_model(), worker_index=worker)
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        str(tmp_path / "best.keras"), monitor="loss", save_best_only=True
+    )
+    saver = Recorder()
+    saver.path = str(tmp_path / "by_callback.keras")
+    csv = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    distributed.fit(
+        *regression_data(16), batch_size=2, epochs=2, callbacks=[checkpoint, saver, csv], verbose=0
+    )
+    distributed.save(str(tmp_path / "final.keras"))
+    expected = {"best.keras", "by_callback.keras", "log.csv", "final.keras"} if written else set()
+    assert set(os.listdir(tmp_path)) == expected  # nothing else: no staging folders left behind
+    if written:
+        assert checkpoint.best < float("inf") and checkpoint.model is distributed
+
+
+def test_a_pydataset_is_cut_into_equal_shards(distribute_as_worker):
+    class Batches(keras.utils.PyDataset):
+        def __init__(self, count):
+            super().__init__()
+            self.count = count
+
+        def __len__(self):
+            return self.count
+
+        def __getitem__(self, i):
+            return np.full((2, 3), i, "float32"), np.full((2, 1), i, "float32")
+
+    distributed = distribute_as_worker(tiny_model(), worker_index=1)
+    distributed.fit(Batches(7), verbose=0)
+    plan = distributed.kscale_plan
+    assert plan.steps_per_epoch_after == 3 and plan.notes == (
+        "1 trailing batch(es) of 7 unused so workers stay even",
+    )
+    with pytest.raises(DataError, match="fewer than the 2 workers"):
+        distributed.fit(Batches(1), verbose=0)
+
+
+# -- what cannot work is refused, with what works instead -------------------------------------------------------
+@pytest.mark.usefixtures("single_process")
+@pytest.mark.parametrize(
+    ("backend", "reason"),
+    [("horovod", "never averages gradients"), ("multi_worker", "keras-team/keras#20585")],
+)
+def test_keras_3_with_horovod_or_multi_worker_is_refused(backend, reason):
+    with pytest.raises(BackendError) as err:
+        kscale.distribute(tiny_model(), backend=backend)
+    message = str(err.value)
+    assert reason in message and "KERAS_BACKEND=jax" in message and "kscale[tf218]" in message
+
+
+def test_a_keras_3_model_under_horovodrun_is_refused_not_trained_alone(monkeypatch, clean_launcher_env):
+    monkeypatch.setenv("HOROVOD_RANK", "0")
+    monkeypatch.setenv("HOROVOD_SIZE", "2")
+    kscale.environment.reset()
+    with pytest.raises(BackendError) as err:
+        kscale.distribute(tiny_model())
+    message = str(err.value)
+    assert "started by horovodrun / kscale run (Horovod) as worker 0 of 2" in message
+    assert "never averages gradients" in message
+
+
+@pytest.mark.usefixtures("single_process")
+def test_mirrored_is_tensorflows_and_jax_is_jaxs():
+    model = tiny_model()
+    if KERAS_BACKEND == "tensorflow":
+        distributed = kscale.distribute(model, backend="mirrored", devices=["CPU:0"], print_plan=False)
+        assert distributed is not model and type(distributed) is type(model)
+        assert len(distributed.fit(X, Y, batch_size=4, verbose=0).history["loss"]) == 1
+        with pytest.raises(
+            BackendError, match="the 'jax' backend does not run a Keras 3 \\(tensorflow\\) model"
+        ):
+            kscale.distribute(tiny_model(), backend="jax")
+    else:
+        with pytest.raises(
+            BackendError, match="the 'mirrored' backend does not run a Keras 3 \\(jax\\) model"
+        ):
+            kscale.distribute(model, backend="mirrored")
+
+
+def test_a_keras_2_option_is_unknown_for_keras_3(distribute_as_worker):
+    with pytest.raises(OptionError, match="unknown option\\(s\\) 'compression'"):
+        distribute_as_worker(tiny_model(), compression="fp16")

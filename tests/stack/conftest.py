@@ -1,0 +1,62 @@
+"""End-to-end tests that every lane runs on its own stack: what the lane supports is read from it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kscale import frameworks
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+KERAS = frameworks.process_keras()
+HAS_HOROVOD = frameworks.is_installed("horovod")
+
+
+def lane_backends() -> list[str]:
+    """The ways this lane trains on two replicas, each launched as a user would."""
+    if KERAS.generation == 2:
+        return (["horovod"] if HAS_HOROVOD else []) + ["multi_worker", "mirrored"]
+    if KERAS.backend == "jax":
+        return ["jax_processes", "jax_devices"]
+    return ["mirrored"]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_", "KERAS_DISTRIBUTION_"))
+    }
+    env.pop("TF_CONFIG", None)
+    env.pop("KSCALE_BACKEND", None)
+    env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
+    env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def launch():
+    """Run a command from the repo root; its output (stdout and stderr) and status."""
+
+    def run(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(a) for a in args],
+            env=environment(**extra_env),
+            cwd=REPO,
+            timeout=timeout,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    return run
+
+
+def kscale_run(engine: str, n: int, *command: str) -> list[str]:
+    return [BIN / "kscale", "run", "--engine", engine, "-np", str(n), "--", sys.executable, *command]

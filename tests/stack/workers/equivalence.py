@@ -1,0 +1,71 @@
+"""Train a small model with SGD and dump the weights, in whichever stack (lane) runs it.
+
+equivalence.py reference OUT            plain Keras, one process, batch 2b, lr 2η
+equivalence.py distributed OUT [DEVS]   kscale.distribute, batch b, lr η per replica; DEVS > 1 splits this
+                                        process into DEVS devices (logical CPUs for TensorFlow, XLA host
+                                        devices for JAX) and names the backend that drives them
+"""
+
+import json
+import os
+import sys
+
+mode, out = sys.argv[1], sys.argv[2]
+devices = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+if devices > 1:  # JAX: before JAX starts
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}"
+    )
+
+import numpy as np  # noqa: E402
+
+import kscale  # noqa: E402
+from kscale import frameworks  # noqa: E402
+
+try:
+    import tensorflow as tf
+
+    keras = tf.keras
+except ImportError:
+    import keras
+
+    tf = None
+
+jax_backend = frameworks.process_keras().backend == "jax"
+if devices > 1 and not jax_backend:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+
+BATCH, LR, EPOCHS, SAMPLES = 4, 0.05, 2, 64
+rng = np.random.default_rng(0)
+x = rng.normal(size=(SAMPLES, 5)).astype("float32")
+y = (x @ rng.normal(size=(5, 1)) + 0.1).astype("float32")
+
+kscale.set_seed(1)  # the same initial weights on every rank (JAX requires it; the others broadcast anyway)
+model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+initial = [np.asarray(w).tolist() for w in model.get_weights()]
+if mode == "reference":
+    model.compile(optimizer=keras.optimizers.SGD(2 * LR), loss="mse")
+    model.fit(x, y, batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+else:
+    model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
+    options = {}
+    if devices > 1:
+        options = (
+            {"backend": "jax"}
+            if jax_backend
+            else {"backend": "mirrored", "devices": [f"CPU:{i}" for i in range(devices)]}
+        )
+    model = kscale.distribute(model, **options)
+    model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+
+result = {
+    "rank": kscale.rank(),
+    "replicas": kscale.num_replicas() if mode != "reference" else 1,
+    "backend": getattr(model, "kscale_plan", None) and model.kscale_plan.backend,
+    "initial": initial,
+    "final": [np.asarray(w).tolist() for w in model.get_weights()],
+    "iterations": int(np.asarray(model.optimizer.iterations)),
+}
+with open(f"{out}.{kscale.rank()}.json", "w") as f:
+    json.dump(result, f)
