@@ -14,7 +14,7 @@ from typing import Any
 
 from kscale import environment, frameworks
 from kscale.backends.base import Backend
-from kscale.errors import BackendError, OptionError
+from kscale.errors import BackendError, MissingDependencyError, OptionError
 from kscale.frameworks import KerasInfo
 
 
@@ -29,7 +29,20 @@ class Entry:
 
     def load(self) -> type[Backend]:
         module, _, cls = self.target.partition(":")
-        return getattr(importlib.import_module(module), cls)
+        try:
+            return getattr(importlib.import_module(module), cls)
+        except ImportError as err:
+            if isinstance(err, MissingDependencyError):
+                raise
+            runs_on = (
+                "tf.keras (TensorFlow)" if self.keras == 2 else f"Keras 3 on {', '.join(self.keras_backends)}"
+            )
+            raise MissingDependencyError(
+                f"the {self.name!r} backend runs {runs_on}, and {err.name or err} is not installed here. "
+                "If Keras should use another backend, say which: KERAS_BACKEND=jax (or tensorflow), as Keras "
+                "reads it (else ~/.keras/keras.json, else tensorflow). Otherwise install the lane's extra: "
+                "pip install 'kscale[jax]', 'kscale[tf]', 'kscale[tf218]' or 'kscale[tf215]'."
+            ) from err
 
     def fits(self, keras: KerasInfo) -> bool:
         return self.keras == keras.generation and keras.backend in self.keras_backends

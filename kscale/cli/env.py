@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from kscale import __version__, environment
+from kscale import __version__, environment, frameworks
 from kscale.errors import KScaleError
 
 DESCRIPTION = "Print the environment kscale detects (launcher, rank, sizes, backend) for bug reports."
@@ -56,6 +56,21 @@ def _backend(env: environment.Environment) -> str:
         return f"(error: {err})"
 
 
+def _keras_in_use() -> str:
+    keras = frameworks.process_keras()
+    return "tf.keras (Keras 2)" if keras.generation == 2 else f"Keras 3 on {keras.backend}"
+
+
+def _run_engine() -> str:
+    """What `kscale run -np N` would launch here (kscale.cli.engines decides without importing frameworks)."""
+    from kscale.cli import engines
+
+    try:
+        return engines.default_engine()
+    except KScaleError as err:
+        return f"(none for several processes: {str(err).split(':')[0]})"
+
+
 def collect(with_backend: bool = True) -> dict[str, Any]:
     env = environment.current()
     info: dict[str, Any] = {
@@ -63,7 +78,11 @@ def collect(with_backend: bool = True) -> dict[str, Any]:
         "python": platform.python_version(),
         "tensorflow": _version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos"),
         "keras": _version("keras"),
+        "tf_keras": _version("tf-keras", "tf_keras"),
+        "jax": _version("jax"),
         "horovod": _version("horovod"),
+        "keras_in_use": _keras_in_use(),
+        "run_engine": _run_engine(),
         "launcher": env.launcher.value,
         "rank": env.rank,
         "local_rank": env.local_rank,
