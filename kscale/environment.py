@@ -16,6 +16,19 @@ from collections.abc import Mapping
 
 from kscale.errors import EnvironmentDetectionError
 
+#: Prefixes of the variables that tell a process its place in a job, for every launcher kscale knows: a
+#: worker must not inherit them from a surrounding job (kscale run's tf and jax engines drop them).
+LAUNCHER_VARIABLE_PREFIXES = (
+    "HOROVOD_",
+    "OMPI_",
+    "PMI_",
+    "MPI_LOCAL",
+    "SLURM_",
+    "TF_CONFIG",
+    "KERAS_DISTRIBUTION_",
+    "KSCALE_LOCAL_",
+)
+
 
 class Launcher(str, enum.Enum):
     """What started this process."""

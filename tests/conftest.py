@@ -8,18 +8,6 @@ import pytest
 
 from kscale import environment
 
-#: Prefixes of the variables a launcher sets; unit tests must not see the ones of a surrounding job.
-LAUNCHER_PREFIXES = (
-    "HOROVOD_",
-    "OMPI_",
-    "PMI_",
-    "MPI_LOCAL",
-    "SLURM_",
-    "TF_CONFIG",
-    "KSCALE_",
-    "KERAS_DISTRIBUTION_",
-)
-
 
 @pytest.fixture(autouse=True)
 def _no_leaked_environment_variables():
@@ -45,6 +33,6 @@ def _no_leaked_environment_variables():
 def clean_launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Remove every launcher variable from os.environ for this test (restored afterwards)."""
     for name in list(os.environ):
-        if name.startswith(LAUNCHER_PREFIXES):
+        if name.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_")):
             monkeypatch.delenv(name)
     environment.reset()

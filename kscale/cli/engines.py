@@ -16,7 +16,7 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 
-from kscale import frameworks
+from kscale import environment, frameworks
 from kscale.errors import LaunchError
 
 ENGINES = ("horovod", "tf", "jax")
@@ -59,9 +59,10 @@ class Layout:
 
 def worker_envs(engine: str, layout: Layout, base: Mapping[str, str]) -> dict[int, dict[str, str]]:
     """Each local worker's environment, by global rank."""
+    inherited = {k: v for k, v in base.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
     envs = {}
     for local in range(layout.nproc_per_node):
-        env = dict(base)
+        env = dict(inherited)
         env.update(
             PYTHONUNBUFFERED="1", KSCALE_LOCAL_RANK=str(local), KSCALE_LOCAL_SIZE=str(layout.nproc_per_node)
         )

@@ -15,13 +15,15 @@ def test_jax_workers_get_keras_distribution_variables():
     layout = engines.Layout(
         nnodes=2, node_rank=1, nproc_per_node=2, master_addr="10.0.0.1", master_port=29400
     )
-    envs = engines.worker_envs("jax", layout, {"PATH": "/bin"})
+    surrounding_job = {"TF_CONFIG": "{}", "HOROVOD_RANK": "5", "KSCALE_BACKEND": "jax"}
+    envs = engines.worker_envs("jax", layout, {"PATH": "/bin", **surrounding_job})
     assert sorted(envs) == [2, 3]
     env = envs[3]
     assert env["KERAS_DISTRIBUTION_JOB_ADDRESSES"] == "10.0.0.1:29400"
     assert (env["KERAS_DISTRIBUTION_NUM_PROCESSES"], env["KERAS_DISTRIBUTION_PROCESS_ID"]) == ("4", "3")
     assert (env["KSCALE_LOCAL_RANK"], env["KSCALE_LOCAL_SIZE"], env["KERAS_BACKEND"]) == ("1", "2", "jax")
-    assert env["PATH"] == "/bin"
+    assert env["PATH"] == "/bin" and env["KSCALE_BACKEND"] == "jax"  # the user's choice passes
+    assert "TF_CONFIG" not in env and "HOROVOD_RANK" not in env  # another job's identity does not
 
 
 def test_tf_workers_on_one_host_get_one_tf_config_each():

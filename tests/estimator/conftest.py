@@ -10,15 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from kscale import environment
+
 REPO = Path(__file__).resolve().parents[2]
 #: Variables a launcher sets; a test started under one must not hand them to the workers it launches.
-_LAUNCHER_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "SLURM_", "TF_CONFIG", "KSCALE_")
 
 
 def run_horovod(script: Path, *args: str, np: int = 2, timeout: float = 180) -> subprocess.CompletedProcess:
     """Run `horovodrun -np N -H localhost:N --gloo python script args...` and fail with its output if it fails."""
     bin_dir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
+    }
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         TF_CPP_MIN_LOG_LEVEL="2",

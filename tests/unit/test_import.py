@@ -10,14 +10,18 @@ import textwrap
 import pytest
 
 import kscale
-from kscale import _optional, backends
+from kscale import _optional, backends, environment
 from kscale.errors import KScaleError, MissingDependencyError
 
-from .conftest import LAUNCHER_PREFIXES, tiny_model
+from .conftest import tiny_model
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
+    }
     clean.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=clean, timeout=110

@@ -20,12 +20,13 @@ import run_squad
 import tensorflow as tf
 import tokenization
 
+from kscale import environment
+
 EXAMPLE_DIR = Path(run_squad.__file__).resolve().parent
 TRAIN_FILE = EXAMPLE_DIR / "data" / "train-v1.1-mini.json"
 DEV_FILE = EXAMPLE_DIR / "data" / "dev-v1.1-mini.json"
 WORKERS = Path(__file__).parent / "workers"
 BATCH, EPOCHS = 8, 2
-_LAUNCHER_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "SLURM_", "TF_CONFIG", "KSCALE_")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,11 @@ def tiny_flags(vocab_file: str) -> list[str]:
 
 def run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Run a command with a clean launcher environment; fail the test with its output if it fails."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
+    }
     bin_dir = Path(sys.executable).parent
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1"
