@@ -1,0 +1,135 @@
+"""`kscale run` for the tf and jax engines, end to end: the workers it starts, and the variables they get.
+
+The workers here print what they were given instead of training (tests/stack trains through the same
+launches), so every lane runs these, with or without a framework.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kscale import environment
+from kscale.cli import workers
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
+
+KSCALE = Path(sys.executable).parent / "kscale"
+SHOW = (
+    "import json, os; print('ENV ' + json.dumps({k: v for k, v in os.environ.items() "
+    "if k.startswith(('KERAS_', 'TF_CONFIG', 'KSCALE_LOCAL'))}))"
+)
+
+
+def _clean_env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
+    }
+
+
+def _seen(output: str) -> list[dict]:
+    return [json.loads(line.split("ENV ", 1)[1]) for line in output.splitlines() if "ENV " in line]
+
+
+def test_two_nodes_of_a_jax_job_without_ssh():
+    port = workers.free_ports(1)[0]
+    nodes = [
+        subprocess.Popen(
+            [
+                KSCALE,
+                "run",
+                "--engine",
+                "jax",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--master",
+                f"127.0.0.1:{port}",
+                "--nproc-per-node",
+                "2",
+                "--",
+                sys.executable,
+                "-c",
+                SHOW,
+            ],
+            env=_clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=90)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    seen = sorted(
+        (s for out in outputs for s in _seen(out)), key=lambda s: int(s["KERAS_DISTRIBUTION_PROCESS_ID"])
+    )
+    assert [s["KERAS_DISTRIBUTION_PROCESS_ID"] for s in seen] == ["0", "1", "2", "3"]
+    assert {s["KERAS_DISTRIBUTION_JOB_ADDRESSES"] for s in seen} == {f"127.0.0.1:{port}"}
+    assert {s["KERAS_DISTRIBUTION_NUM_PROCESSES"] for s in seen} == {"4"}
+    assert [s["KSCALE_LOCAL_RANK"] for s in seen] == ["0", "1", "0", "1"]
+    assert all(s["KERAS_BACKEND"] == "jax" for s in seen)
+    assert "[2]<stdout>:ENV" in outputs[1]  # output prefixed by the global rank
+
+
+def test_a_tf_node_lists_every_worker_of_every_node_in_tf_config():
+    command = [
+        KSCALE,
+        "run",
+        "--engine",
+        "tf",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master",
+        "10.9.9.1:7000",
+        "-H",
+        "10.9.9.1,10.9.9.2",
+        "--nproc-per-node",
+        "2",
+        "--",
+        sys.executable,
+        "-c",
+        SHOW,
+    ]
+    done = subprocess.run(command, env=_clean_env(), capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    configs = sorted(
+        (json.loads(s["TF_CONFIG"]) for s in _seen(done.stdout)), key=lambda c: c["task"]["index"]
+    )
+    workers_listed = ["10.9.9.1:7000", "10.9.9.1:7001", "10.9.9.2:7000", "10.9.9.2:7001"]
+    assert [c["cluster"]["worker"] for c in configs] == [workers_listed, workers_listed]
+    assert [c["task"]["index"] for c in configs] == [2, 3]  # this node's workers only
+
+
+def test_a_failing_worker_ends_the_local_job_with_its_status():
+    script = "import os, sys, time\nif os.environ['KERAS_DISTRIBUTION_PROCESS_ID'] == '1': sys.exit(7)\ntime.sleep(60)"
+    done = subprocess.run(
+        [KSCALE, "run", "--engine", "jax", "-np", "2", "--", sys.executable, "-c", script],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 7
+    assert "rank 1 on " in done.stderr and "exited with status 7" in done.stderr
+
+
+def test_horovodrun_options_are_refused_by_the_jax_engine():
+    done = subprocess.run(
+        [KSCALE, "run", "--engine", "jax", "-np", "2", "--gloo", "--", sys.executable, "-c", "0"],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "'--gloo' is a horovodrun option" in done.stderr
