@@ -46,16 +46,6 @@ class Keras3Backend(Backend):
     def keras_module() -> Any:
         return keras
 
-    def chief_only_callback_types(self) -> tuple[type, ...]:
-        callbacks = keras.callbacks
-        return (
-            callbacks.ModelCheckpoint,
-            callbacks.TensorBoard,
-            callbacks.CSVLogger,
-            callbacks.RemoteMonitor,
-            callbacks.ProgbarLogger,
-        )
-
     # -- the model ----------------------------------------------------------------------------------------
     def check_model(self, model: Any) -> None:
         if not model.built:

@@ -14,7 +14,9 @@ from typing import Any
 import tensorflow as tf
 
 from kscale import data, sharding
+from kscale.backends.base import OneProcess
 from kscale.callbacks import for_this_worker
+from kscale.environment import Environment, Launcher
 from kscale.errors import DataError
 
 
@@ -110,6 +112,17 @@ class StrategyMixin:
             (kinds.ModelCheckpoint, kinds.TensorBoard, kinds.BackupAndRestore) if self.num_workers > 1 else ()
         )
         return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
+
+
+class OneHostMirrored(OneProcess, StrategyMixin):
+    """`tf.distribute.MirroredStrategy` over this process's devices (the same for tf.keras and Keras 3)."""
+
+    @classmethod
+    def detect(cls, env: Environment) -> bool:
+        return env.launcher is Launcher.NONE and len(tf.config.list_physical_devices("GPU")) > 1
+
+    def make_strategy(self) -> tf.distribute.Strategy:
+        return tf.distribute.MirroredStrategy(devices=self.requested_devices)
 
 
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[tf.Variable]) -> None:

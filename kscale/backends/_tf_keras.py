@@ -26,17 +26,6 @@ class TFKerasBackend(Backend):
         """tf.keras: Keras 2.15 on TF 2.15, tf_keras where TF_USE_LEGACY_KERAS asks for it."""
         return tf.keras
 
-    def chief_only_callback_types(self) -> tuple[type, ...]:
-        """Callbacks that write files or print progress: under Horovod every rank would write them."""
-        callbacks = tf.keras.callbacks
-        return (
-            callbacks.ModelCheckpoint,
-            callbacks.TensorBoard,
-            callbacks.CSVLogger,
-            callbacks.RemoteMonitor,
-            callbacks.ProgbarLogger,
-        )
-
     def check_model(self, model: Any) -> None:
         model_rebuild.check_model(model)
 

@@ -75,6 +75,22 @@ class Backend(abc.ABC):
         """Context in which models are built for this backend (a strategy scope, or nothing)."""
         return contextlib.nullcontext()
 
+    @staticmethod
+    @abc.abstractmethod
+    def keras_module() -> Any:
+        """The Keras this backend's models come from (tf.keras, or Keras 3's `keras`)."""
+
+    def chief_only_callback_types(self) -> tuple[type, ...]:
+        """Callbacks that write files or print progress: where every worker runs fit, each would write them."""
+        callbacks = self.keras_module().callbacks
+        return (
+            callbacks.ModelCheckpoint,
+            callbacks.TensorBoard,
+            callbacks.CSVLogger,
+            callbacks.RemoteMonitor,
+            callbacks.ProgbarLogger,
+        )
+
     # -- the model ------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def check_model(self, model: Any) -> None:

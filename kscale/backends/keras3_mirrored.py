@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import tensorflow as tf
-
 from kscale.backends._keras3 import Keras3Backend
-from kscale.backends._strategy import StrategyMixin
-from kscale.backends.base import OneProcess
-from kscale.environment import Environment, Launcher
+from kscale.backends._strategy import OneHostMirrored
 
 
-class Keras3MirroredBackend(OneProcess, StrategyMixin, Keras3Backend):
+class Keras3MirroredBackend(OneHostMirrored, Keras3Backend):
     name = "mirrored"
-
-    @classmethod
-    def detect(cls, env: Environment) -> bool:
-        return env.launcher is Launcher.NONE and len(tf.config.list_physical_devices("GPU")) > 1
-
-    def make_strategy(self) -> tf.distribute.Strategy:
-        return tf.distribute.MirroredStrategy(devices=self.requested_devices)
