@@ -11,15 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from kscale import environment
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 HOROVODRUN = BIN / "horovodrun"
 
 
 def _worker_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_"))}
-    env.pop("TF_CONFIG", None)
-    env.pop("KSCALE_BACKEND", None)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
+    }
     env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
     env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
     env.update(extra)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kscale import frameworks
+from kscale import environment, frameworks
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -26,14 +26,13 @@ def lane_backends() -> list[str]:
     return ["mirrored"]
 
 
-def environment(**extra: str) -> dict[str, str]:
+def worker_env(**extra: str) -> dict[str, str]:
+    """This process's variables without a surrounding job's (or a test's) launcher ones, plus `extra`."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_", "KERAS_DISTRIBUTION_"))
+        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
     }
-    env.pop("TF_CONFIG", None)
-    env.pop("KSCALE_BACKEND", None)
     env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
     env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
     env.update(extra)
@@ -47,7 +46,7 @@ def launch():
     def run(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [str(a) for a in args],
-            env=environment(**extra_env),
+            env=worker_env(**extra_env),
             cwd=REPO,
             timeout=timeout,
             text=True,
