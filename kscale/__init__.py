@@ -2,9 +2,11 @@
 
     model = kscale.distribute(model)   # then model.fit(...) as before
 
-`import kscale` reads the launcher's environment once, pins one GPU per process under multi-process
-launchers and, under a multi-worker TF_CONFIG, creates the strategy (TensorFlow allows both only
-before its first operation). It never imports horovod or tensorflow_estimator.
+`import kscale` reads the launcher's environment once. Under a multi-process launcher it does what must
+happen before the framework's first operation: uses tf_keras for Horovod and multi-worker TensorFlow on
+TensorFlow >= 2.16, pins one GPU per process, creates the multi-worker strategy (TF_CONFIG) or joins the
+keras.distribution job (Keras 3 on JAX). It never imports horovod or tensorflow_estimator, and in one
+process no framework at all.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def _is_launcher_process() -> bool:
 
 
 def _startup() -> None:
-    """Pin GPUs / create the multi-worker strategy now, but only when the environment asks for them."""
+    """Set up what must precede the framework's first operation, only when the environment asks for it."""
     env = environment.current()
     if env.world_size > 1 and not _is_launcher_process():
         from kscale import backends
