@@ -49,13 +49,14 @@ class _State:
 def distribute(model: Any, **options: Any) -> Any:
     """Make a built, compiled Keras model train on every device and worker this process can reach.
 
-    Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker'), devices,
+    Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker' | 'jax'), devices,
     lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'divide_epochs' |
     'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's own (horovod:
-    compression, backward_passes_per_step).
+    compression, backward_passes_per_step; Keras 3 backends: gradient_accumulation_steps).
 
-    Returns the model to train: `model` itself, or under a tf.distribute strategy a copy built in its
-    scope (then `model` is left as it was). Either way an instance of `model`'s own class.
+    Returns the model to train: `model` itself, or a copy built where the backend needs the variables
+    (a tf.distribute strategy's scope; a keras.distribution for a model built before it), in which case
+    `model` is left as it was. Either way an instance of `model`'s own class.
     """
     opts, keywords = Options.parse(options)
     keras = frameworks.keras_of(model)
