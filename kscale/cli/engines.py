@@ -67,6 +67,11 @@ def worker_envs(engine: str, layout: Layout, base: Mapping[str, str]) -> dict[in
             PYTHONUNBUFFERED="1", KSCALE_LOCAL_RANK=str(local), KSCALE_LOCAL_SIZE=str(layout.nproc_per_node)
         )
         env.update(_engine_env(engine, layout, local))
+        if engine == "jax" and layout.nproc_per_node > 1:
+            # JAX takes every GPU it sees: one GPU per local worker (as kscale pins them for TensorFlow).
+            visible = base.get("CUDA_VISIBLE_DEVICES")
+            choices = visible.split(",") if visible else [str(i) for i in range(layout.nproc_per_node)]
+            env["CUDA_VISIBLE_DEVICES"] = choices[local % len(choices)]
         envs[layout.global_rank(local)] = env
     return envs
 

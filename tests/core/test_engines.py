@@ -22,6 +22,9 @@ def test_jax_workers_get_keras_distribution_variables():
     assert env["KERAS_DISTRIBUTION_JOB_ADDRESSES"] == "10.0.0.1:29400"
     assert (env["KERAS_DISTRIBUTION_NUM_PROCESSES"], env["KERAS_DISTRIBUTION_PROCESS_ID"]) == ("4", "3")
     assert (env["KSCALE_LOCAL_RANK"], env["KSCALE_LOCAL_SIZE"], env["KERAS_BACKEND"]) == ("1", "2", "jax")
+    assert (envs[2]["CUDA_VISIBLE_DEVICES"], env["CUDA_VISIBLE_DEVICES"]) == ("0", "1")  # a GPU each
+    chosen = engines.worker_envs("jax", layout, {"CUDA_VISIBLE_DEVICES": "4,6"})
+    assert [chosen[r]["CUDA_VISIBLE_DEVICES"] for r in (2, 3)] == ["4", "6"]  # from the user's list
     assert env["PATH"] == "/bin" and env["KSCALE_BACKEND"] == "jax"  # the user's choice passes
     assert "TF_CONFIG" not in env and "HOROVOD_RANK" not in env  # another job's identity does not
 
