@@ -1,5 +1,6 @@
-"""`kscale doctor`: one readable report on whether this host can take part in a Horovod job, each problem
-with its fix, and a non-zero exit status when a launch would fail.
+"""`kscale doctor`: one readable report on whether this host can take part in a job (Horovod, TensorFlow
+multi-worker or JAX: the lane's engine, or `--engine`), each problem with its fix, and a non-zero exit
+status when a launch would fail.
 
 Give it what you are about to launch (`-H host1:2,host2:2`, or `--nnodes 2 --master ADDR:PORT` for a
 per-node launch) and it also checks names, routes, SSH and ports for that job. The checks live in
@@ -12,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from kscale.cli import checks
+from kscale.cli import checks, engines
 from kscale.cli.facts import BuildInfo, Intent, gather, probe_build
 from kscale.cli.hosts import parse_host_list, parse_hostfile
 from kscale.cli.pernode import parse_master
@@ -42,6 +43,11 @@ def doctor_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("-i", "--ssh-identity-file", help="SSH key for the remote hosts")
     parser.add_argument("--network-interfaces", help="interfaces the job will use, comma separated")
     parser.add_argument("--no-ssh", action="store_true", help="do not try SSH to the remote hosts")
+    parser.add_argument(
+        "--engine",
+        choices=engines.ENGINES,
+        help="the engine to check for (default: what kscale run would use here)",
+    )
     parser.set_defaults(func=doctor_command)
     return parser
 
@@ -91,6 +97,19 @@ def report(facts: Any, findings: list[checks.Finding]) -> str:
     return "\n".join(lines)
 
 
+def _engine(chosen: str | None) -> tuple[str | None, checks.Finding]:
+    """The engine the launch will use, and a line saying which (the lane decides it; kscale.cli.engines)."""
+    if chosen:
+        return chosen, checks.Finding(checks.Level.INFO, "engine", f"{chosen} (--engine)")
+    try:
+        engine = engines.default_engine()
+    except KScaleError as err:
+        return None, checks.Finding(checks.Level.INFO, "engine", f"none for several processes here: {err}")
+    return engine, checks.Finding(
+        checks.Level.INFO, "engine", f"{engine}: what `kscale run -np N` launches here"
+    )
+
+
 def doctor_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
     """Gather, check, print; exit status 1 when a launch would fail. `build` fakes the probe in tests."""
     try:
@@ -98,9 +117,13 @@ def doctor_command(args: argparse.Namespace, build: BuildInfo | None = None) -> 
     except KScaleError as err:
         print(f"kscale doctor: error: {err}", file=sys.stderr)
         return 2
-    build = build or probe_build(gpus=True)
+    engine, engine_finding = _engine(args.engine)
+    if engine == "horovod":
+        build = build or probe_build(gpus=True)
+    else:
+        build = None  # the tf and jax engines need no Horovod: its build is not checked
     facts = gather(intent, build=build, ssh=not args.no_ssh)
-    findings = checks.run_checks(facts)
+    findings = [engine_finding, *checks.run_checks(facts)]
     print(report(facts, findings))
     return 1 if checks.errors(findings) else 0
 

@@ -133,3 +133,15 @@ def test_horovodrun_options_are_refused_by_the_jax_engine():
         timeout=60,
     )
     assert done.returncode == 2 and "'--gloo' is a horovodrun option" in done.stderr
+
+
+def test_doctor_checks_what_the_engine_needs_and_jax_needs_no_horovod():
+    done = subprocess.run(
+        [KSCALE, "doctor", "--engine", "jax", "--no-ssh"],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "[info] engine: jax (--engine)" in done.stdout
+    assert "horovod" not in done.stdout.lower()  # no Horovod build check for an engine that does not use it
