@@ -17,6 +17,7 @@ import numpy as np
 
 from kscale.backends._keras3 import Keras3Backend
 from kscale.environment import Environment, Launcher
+from kscale.errors import BackendError
 
 
 class JaxBackend(Keras3Backend):
@@ -44,7 +45,16 @@ class JaxBackend(Keras3Backend):
             return
         if self.env.launcher is Launcher.KERAS_DISTRIBUTION and self.env.world_size > 1:
             _use_gloo_on_cpus()
-            keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables itself
+            try:
+                keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables itself
+            except RuntimeError as err:
+                if "must be called before" not in str(err):
+                    raise
+                raise BackendError(
+                    "this process ran JAX before joining the job (jax.distributed must start first). Put "
+                    "`import kscale` at the top of your script, before building a model or running any "
+                    "Keras or JAX operation: kscale joins the keras.distribution job at import."
+                ) from err
         devices = self.requested_devices or keras.distribution.list_devices()
         # Each process gives Keras its own shard (kscale cuts it), so Keras must not cut it again.
         self._distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)

@@ -22,7 +22,7 @@ def lane_backends() -> list[str]:
     if KERAS.generation == 2:
         return (["horovod"] if HAS_HOROVOD else []) + ["multi_worker", "mirrored"]
     if KERAS.backend == "jax":
-        return ["jax_processes", "jax_devices"]
+        return ["jax_processes", "jax_devices", "jax_rebuilt"]
     return ["mirrored"]
 
 

@@ -42,8 +42,9 @@ LAUNCHES = {
     "jax_processes": (kscale_run("jax", 2, WORKER, "distributed"), 2),
     "mirrored": ([sys.executable, WORKER, "distributed"], 1),
     "jax_devices": ([sys.executable, WORKER, "distributed"], 1),
+    "jax_rebuilt": (kscale_run("jax", 2, WORKER, "rebuilt"), 2),
 }
-BACKEND_NAMES = {"jax_processes": "jax", "jax_devices": "jax", "multi_worker": "multi_worker"}
+BACKEND_NAMES = {"jax_processes": "jax", "jax_devices": "jax", "jax_rebuilt": "jax"}
 
 
 @pytest.mark.timeout(300)
@@ -56,6 +57,8 @@ def test_two_replicas_match_one_process_with_double_batch_and_rate(launch, refer
     assert done.returncode == 0, done.stdout[-6000:]
     results = [_load(f"{out}.{rank}.json") for rank in range(ranks)]
     assert _max_diff(reference["final"], reference["initial"]) > 100 * TOLERANCE  # training moved them
+    if way == "jax_rebuilt":  # rank 1 began elsewhere, with other weights: kscale rebuilt it with rank 0's
+        assert _max_diff(results[1]["initial"], results[0]["initial"]) > 0.1
     for result in results:
         assert result["replicas"] == 2
         assert result["backend"] == BACKEND_NAMES.get(way, way)

@@ -4,6 +4,9 @@ equivalence.py reference OUT            plain Keras, one process, batch 2b, lr 2
 equivalence.py distributed OUT [DEVS]   kscale.distribute, batch b, lr η per replica; DEVS > 1 splits this
                                         process into DEVS devices (logical CPUs for TensorFlow, XLA host
                                         devices for JAX) and names the backend that drives them
+equivalence.py rebuilt OUT              as distributed, but the model is built outside the job's
+                                        keras.distribution (JAX), with other weights on every process:
+                                        kscale rebuilds it there with the chief's weights
 """
 
 import json
@@ -41,8 +44,22 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(SAMPLES, 5)).astype("float32")
 y = (x @ rng.normal(size=(5, 1)) + 0.1).astype("float32")
 
+
+def build():
+    return keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+    )
+
+
 kscale.set_seed(1)  # the same initial weights on every rank (JAX requires it; the others broadcast anyway)
-model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+if mode == "rebuilt":  # on this process's devices only, from another seed on each process but the chief
+    job = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    kscale.set_seed(1 + 100 * kscale.rank())
+    model = build()
+    keras.distribution.set_distribution(job)
+else:
+    model = build()
 initial = [np.asarray(w).tolist() for w in model.get_weights()]
 if mode == "reference":
     model.compile(optimizer=keras.optimizers.SGD(2 * LR), loss="mse")
