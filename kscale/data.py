@@ -9,10 +9,12 @@ import tensorflow as tf
 
 from kscale.errors import DataError
 from kscale.sharding import (
+    BatchShard,
     FeedRequest,
     Shard,
     WorkerPart,
     array_part,
+    batches_part,
     is_array_data,
     no_separate_targets,
     num_samples,
@@ -50,29 +52,11 @@ def shard_dataset(dataset: tf.data.Dataset, shard: Shard, what: str = "training 
     return dataset.shard(shard.count, shard.index)
 
 
-class ShardedSequence(tf.keras.utils.Sequence):
-    """A keras Sequence restricted to batches r, r+N, ...; every worker gets len(seq) // N batches."""
+class ShardedSequence(BatchShard, tf.keras.utils.Sequence):
+    """A keras Sequence restricted to batches r, r+N, ... (kscale.sharding.BatchShard)."""
 
-    def __init__(self, sequence: tf.keras.utils.Sequence, shard: Shard):
-        super().__init__()
-        if len(sequence) < shard.count:
-            raise DataError(
-                f"the Sequence has {len(sequence)} batch(es), fewer than the {shard.count} workers: some "
-                "worker would get no step. Use a smaller batch size or more data."
-            )
-        self.sequence = sequence
-        self.shard = shard
-
-    def __len__(self) -> int:
-        return len(self.sequence) // self.shard.count
-
-    def __getitem__(self, index: int) -> Any:
-        if not 0 <= index < len(self):
-            raise IndexError(f"batch {index} out of range for a shard of {len(self)} batches")
-        return self.sequence[index * self.shard.count + self.shard.index]
-
-    def on_epoch_end(self) -> None:
-        self.sequence.on_epoch_end()
+    noun = "Sequence"
+    type_name = "a keras.utils.Sequence"
 
 
 def sequence_to_dataset(sequence: tf.keras.utils.Sequence) -> tf.data.Dataset:
@@ -125,12 +109,7 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
         sharded = shard_dataset(x, shard, what)
         return WorkerPart("dataset", sharded, length=dataset_batches(sharded), notes=notes)
     if isinstance(x, tf.keras.utils.Sequence):
-        no_separate_targets(y, sample_weight, "a keras.utils.Sequence")
-        notes = []
-        if len(x) % shard.count:
-            notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
-        sequence = ShardedSequence(x, shard) if shard.count > 1 else x
-        return WorkerPart("sequence", sequence, length=len(sequence), notes=notes)
+        return batches_part(x, y, sample_weight, request, ShardedSequence)
     return other_part(x, y, sample_weight, request)
 
 

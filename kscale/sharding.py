@@ -215,3 +215,46 @@ def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
 def no_separate_targets(y: Any, sample_weight: Any, kind: str) -> None:
     if y is not None or sample_weight is not None:
         raise DataError(f"y and sample_weight must be inside {kind}, not passed separately to fit.")
+
+
+class BatchShard:
+    """A dataset of batches (a Keras Sequence or PyDataset) restricted to batches r, r+N, ...: every worker
+    gets len(batches) // N of them. A mixin: each Keras family binds it to its own dataset base class."""
+
+    #: What the user passed, as the messages name it: in "the {noun} has 1 batch(es)", and its type.
+    noun = "dataset"
+    type_name = "a dataset"
+
+    def __init__(self, batches: Any, shard: Shard):
+        super().__init__()
+        if len(batches) < shard.count:
+            raise DataError(
+                f"the {self.noun} has {len(batches)} batch(es), fewer than the {shard.count} workers: some "
+                "worker would get no step. Use a smaller batch size or more data."
+            )
+        self.batches = batches
+        self.shard = shard
+
+    def __len__(self) -> int:
+        return len(self.batches) // self.shard.count
+
+    def __getitem__(self, index: int) -> Any:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} out of range for a shard of {len(self)} batches")
+        return self.batches[index * self.shard.count + self.shard.index]
+
+    def on_epoch_end(self) -> None:
+        self.batches.on_epoch_end()
+
+
+def batches_part(
+    x: Any, y: Any, sample_weight: Any, request: FeedRequest, shard_class: type[BatchShard]
+) -> WorkerPart:
+    """This worker's equal share of a dataset of batches (`shard_class` cuts it for its Keras)."""
+    shard = request.shard
+    no_separate_targets(y, sample_weight, shard_class.type_name)
+    notes = []
+    if len(x) % shard.count:
+        notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
+    batches = shard_class(x, shard) if shard.count > 1 else x
+    return WorkerPart("sequence", batches, length=len(batches), notes=notes)

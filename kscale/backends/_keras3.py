@@ -17,7 +17,7 @@ from kscale import _keras_private, sharding
 from kscale import learning_rate_keras3 as lr_lib
 from kscale.backends.base import Backend
 from kscale.callbacks import for_this_worker
-from kscale.errors import DataError, ModelError, OptionError
+from kscale.errors import ModelError, OptionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,16 +151,10 @@ class Keras3Backend(Backend):
 
 def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
     """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
-    shard = request.shard
     if sharding.is_array_data(x):
         return sharding.array_part(x, y, sample_weight, request)
     if isinstance(x, keras.utils.PyDataset):
-        sharding.no_separate_targets(y, sample_weight, "a keras.utils.PyDataset")
-        notes = []
-        if len(x) % shard.count:
-            notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
-        dataset = ShardedPyDataset(x, shard) if shard.count > 1 else x
-        return sharding.WorkerPart("sequence", dataset, length=len(dataset), notes=notes)
+        return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(x, tf.data.Dataset):
         from kscale import data
@@ -169,26 +163,8 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
     return sharding.other_part(x, y, sample_weight, request)
 
 
-class ShardedPyDataset(keras.utils.PyDataset):
-    """A PyDataset restricted to batches r, r+N, ...; every worker gets len(dataset) // N batches."""
+class ShardedPyDataset(sharding.BatchShard, keras.utils.PyDataset):
+    """A PyDataset restricted to batches r, r+N, ... (kscale.sharding.BatchShard)."""
 
-    def __init__(self, dataset: keras.utils.PyDataset, shard: sharding.Shard):
-        super().__init__()
-        if len(dataset) < shard.count:
-            raise DataError(
-                f"the dataset has {len(dataset)} batch(es), fewer than the {shard.count} workers: some worker "
-                "would get no step. Use a smaller batch size or more data."
-            )
-        self.dataset = dataset
-        self.shard = shard
-
-    def __len__(self) -> int:
-        return len(self.dataset) // self.shard.count
-
-    def __getitem__(self, index: int) -> Any:
-        if not 0 <= index < len(self):
-            raise IndexError(f"batch {index} out of range for a shard of {len(self)} batches")
-        return self.dataset[index * self.shard.count + self.shard.index]
-
-    def on_epoch_end(self) -> None:
-        self.dataset.on_epoch_end()
+    noun = "dataset"
+    type_name = "a keras.utils.PyDataset"
