@@ -197,7 +197,7 @@ def _fit(self, *args: Any, **kwargs: Any) -> Any:
     )
     _print_plan_once(self)
     _set_warmup(state, feed.epoch_steps)
-    a["verbose"] = a.get("verbose", "auto") if backend.is_chief else 0
+    _quiet_unless_chief(a, backend)
     a["callbacks"] = backend.callbacks(list(a.get("callbacks") or []))
     return _keras(self, "fit")(**a)
 
@@ -214,11 +214,9 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
-    a["verbose"] = a.get("verbose", "auto") if backend.is_chief else 0
+    _quiet_unless_chief(a, backend)
     a["callbacks"] = backend.user_callbacks(list(a.get("callbacks") or []))
-    return_dict = a.get("return_dict", False)
-    a["return_dict"] = True
-    return _same_on_every_worker(backend, _keras(self, "evaluate")(**a), return_dict)
+    return _averaged(self, "evaluate", a)
 
 
 def _predict(self, *args: Any, **kwargs: Any) -> Any:
@@ -227,7 +225,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
     a = _arguments(self, "predict", args, kwargs)
     if a.get("batch_size") is not None:
         a["batch_size"] = state.backend.predict_batch_size(_per_replica_batch(state, a["batch_size"]))
-    a["verbose"] = a.get("verbose", "auto") if state.backend.is_chief else 0
+    _quiet_unless_chief(a, state.backend)
     if a.get("callbacks"):
         a["callbacks"] = state.backend.user_callbacks(list(a["callbacks"]))
     return state.backend.predict(self, "predict", _keras(self, "predict"), a)
@@ -242,33 +240,22 @@ def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
 def _train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' train_on_batch on the batch this worker passes; the returned numbers are averaged over workers."""
     _print_plan_once(self)
-    return _on_batch(self, "train_on_batch", args, kwargs)
+    return _averaged(self, "train_on_batch", _arguments(self, "train_on_batch", args, kwargs))
 
 
 def _test_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' test_on_batch on the batch this worker passes, averaged over workers."""
-    return _on_batch(self, "test_on_batch", args, kwargs)
+    return _averaged(self, "test_on_batch", _arguments(self, "test_on_batch", args, kwargs))
 
 
 def _save(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
-    """Keras' save, where the backend says (the chief; all workers under multi-worker TF), atomically."""
-    a = _arguments(self, "save", (filepath, *args), kwargs)
-    target = a.pop("filepath")
-    _state(self).backend.save(
-        target, lambda path: _keras(self, "save")(path, **a), replace=a.get("overwrite", True) is not False
-    )
+    """Keras' save, where the backend says (the chief; all workers where saving is collective), atomically."""
+    _saved(self, "save", (filepath, *args), kwargs, may_be_folder=True)
 
 
 def _save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
-    """Keras' save_weights, where the backend says, atomically."""
-    a = _arguments(self, "save_weights", (filepath, *args), kwargs)
-    target = a.pop("filepath")
-    _state(self).backend.save(
-        target,
-        lambda path: _keras(self, "save_weights")(path, **a),
-        may_be_folder=False,
-        replace=a.get("overwrite", True) is not False,
-    )
+    """Keras' save_weights, where the backend says, atomically (weights are files, never a folder)."""
+    _saved(self, "save_weights", (filepath, *args), kwargs, may_be_folder=False)
 
 
 _METHODS: dict[str, Callable[..., Any]] = {
@@ -285,21 +272,34 @@ _METHODS: dict[str, Callable[..., Any]] = {
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-def _on_batch(model: Any, name: str, args: tuple, kwargs: dict) -> Any:
-    a = _arguments(model, name, args, kwargs)
-    return_dict = a.get("return_dict", False)
-    a["return_dict"] = True
-    return _same_on_every_worker(_state(model).backend, _keras(model, name)(**a), return_dict)
-
-
-def _same_on_every_worker(backend: Backend, logs: dict, return_dict: bool) -> Any:
-    """Keras' result (as a dict) averaged over workers, in the form the caller asked for."""
+def _averaged(model: Any, name: str, arguments: dict) -> Any:
+    """Keras' `name` (evaluate, *_on_batch), its numbers averaged over workers, in the form asked for."""
+    return_dict = arguments.get("return_dict", False)
+    logs = _keras(model, name)(**{**arguments, "return_dict": True})
     names = list(logs)
+    backend = _state(model).backend
     averaged = dict(zip(names, backend.average([float(logs[n]) for n in names])))
     if return_dict:
         return averaged
     values = [averaged[n] for n in names]
     return values[0] if len(values) == 1 else values
+
+
+def _saved(model: Any, name: str, args: tuple, kwargs: dict, may_be_folder: bool) -> None:
+    """Keras' save or save_weights through the backend (who writes; atomic); overwrite=False is Keras'."""
+    a = _arguments(model, name, args, kwargs)
+    target = a.pop("filepath")
+    _state(model).backend.save(
+        target,
+        lambda path: _keras(model, name)(path, **a),
+        may_be_folder=may_be_folder,
+        replace=a.get("overwrite", True) is not False,
+    )
+
+
+def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
+    """Keras' progress output on the chief only (the others would print the same lines again)."""
+    arguments["verbose"] = arguments.get("verbose", "auto") if backend.is_chief else 0
 
 
 def _request(
