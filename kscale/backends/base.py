@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from kscale import checkpoint_io
 from kscale.environment import Environment
 
 
@@ -171,8 +172,6 @@ class Backend(abc.ABC):
         `may_be_folder=False`: `write` writes files only (weights). `replace=False`: the user asked not to
         overwrite an existing file, so Keras' own `write` must find it and decide.
         """
-        from kscale import checkpoint_io
-
         if self.is_chief:
             checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
         elif self.saves_are_collective:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kscale import environment
+from kscale.cli.workers import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -58,16 +58,6 @@ def horovodrun():
     return launch
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @pytest.fixture(scope="session")
 def tf_config_workers():
     """Run `args` as N processes that form one TF_CONFIG multi-worker cluster on localhost."""
@@ -75,7 +65,7 @@ def tf_config_workers():
     def launch(
         n: int, args: list[str], timeout: int = 240, check: bool = True
     ) -> list[subprocess.CompletedProcess]:
-        workers = [f"localhost:{p}" for p in _free_ports(n)]
+        workers = [f"localhost:{p}" for p in free_ports(n)]
         procs = []
         for index in range(n):
             config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
