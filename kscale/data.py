@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from kscale.sharding import (
     no_separate_targets,
     num_samples,
     other_part,
+    part_length,
 )
 
 
@@ -48,7 +50,8 @@ def shard_dataset(dataset: tf.data.Dataset, shard: Shard, what: str = "training 
                 f"the {what} has {batches} batch(es), fewer than the {shard.count} workers: some worker "
                 f"would get no step. Use a smaller batch or more data (at least {shard.count} batches)."
             )
-        dataset = dataset.take((batches // shard.count) * shard.count)
+        if shard.even:
+            dataset = dataset.take((batches // shard.count) * shard.count)
     return dataset.shard(shard.count, shard.index)
 
 
@@ -102,15 +105,26 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
         no_separate_targets(y, sample_weight, "a tf.data.Dataset")
         batches = dataset_batches(x)
         notes = []
-        if batches and batches > 0 and batches % shard.count:
+        if batches and batches > 0 and batches % shard.count and shard.even:
             notes.append(
                 f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"
             )
         sharded = shard_dataset(x, shard, what)
-        return WorkerPart("dataset", sharded, length=dataset_batches(sharded), notes=notes)
+        longest = None if batches is None or batches < 0 else part_length(batches, replace(shard, index=0))
+        return WorkerPart("dataset", sharded, length=dataset_batches(sharded), notes=notes, longest=longest)
     if isinstance(x, tf.keras.utils.Sequence):
         return batches_part(x, y, sample_weight, request, ShardedSequence)
     return other_part(x, y, sample_weight, request)
+
+
+def pad_with_empty_batches(dataset: tf.data.Dataset, batches: int) -> tf.data.Dataset:
+    """The dataset's batches, then batches of zero samples, `batches` in all: a worker whose part is shorter
+    runs the same steps as the others and adds nothing to loss or metrics. Needs one batch to copy the
+    structure from (every worker has at least one sample)."""
+    empty = dataset.take(1).map(
+        lambda *element: tf.nest.map_structure(lambda t: t[:0], element if len(element) > 1 else element[0])
+    )
+    return dataset.concatenate(empty.repeat()).take(batches)
 
 
 def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:

@@ -178,7 +178,9 @@ def _fit(self, *args: Any, **kwargs: Any) -> Any:
         vx, vy, vsw = _unpack_validation(a["validation_data"])
         given = a.get("validation_batch_size")
         val_batch = _per_replica_batch(state, given) if given else per_replica
-        val_request = _request(state, val_batch, False, a.get("validation_steps"), "validation data")
+        val_request = _request(
+            state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True
+        )
         val = backend.feed(vx, vy, vsw, val_request)
         parts = tuple(v for v in (val.x, val.y, val.sample_weight) if v is not None)
         a["validation_data"] = parts[0] if len(parts) == 1 else parts
@@ -205,12 +207,13 @@ def _fit(self, *args: Any, **kwargs: Any) -> Any:
 def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' evaluate on this worker's part of the data, averaged over workers: the same on every rank."""
     if kwargs.get("_use_cached_eval_dataset"):  # Keras' own fit validating: its data is already fed
-        return _keras(self, "evaluate")(*args, **kwargs)
+        logs = _keras(self, "evaluate")(*args, **kwargs)
+        return _state(self).backend.reduce_results(self, logs) if isinstance(logs, dict) else logs
     state = _state(self)
     backend = state.backend
     a = _arguments(self, "evaluate", args, kwargs)
     per_replica = _per_replica_batch(state, a.get("batch_size"))
-    request = _request(state, per_replica, False, a.get("steps"), "evaluation data")
+    request = _request(state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True)
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
@@ -228,13 +231,14 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
     _quiet_unless_chief(a, state.backend)
     if a.get("callbacks"):
         a["callbacks"] = state.backend.user_callbacks(list(a["callbacks"]))
-    return state.backend.predict(self, "predict", _keras(self, "predict"), a)
+    return state.backend.predict(self, "predict", _keras(self, "predict"), a, state.backend_options)
 
 
 def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict_on_batch on the batch this worker passes, on this worker."""
-    a = _arguments(self, "predict_on_batch", args, kwargs)
-    return _state(self).backend.predict(self, "predict_on_batch", _keras(self, "predict_on_batch"), a)
+    a, state = _arguments(self, "predict_on_batch", args, kwargs), _state(self)
+    keras_method = _keras(self, "predict_on_batch")
+    return state.backend.predict(self, "predict_on_batch", keras_method, a, state.backend_options)
 
 
 def _train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
@@ -273,15 +277,13 @@ _METHODS: dict[str, Callable[..., Any]] = {
 
 # -- helpers -------------------------------------------------------------------------------------------------
 def _averaged(model: Any, name: str, arguments: dict) -> Any:
-    """Keras' `name` (evaluate, *_on_batch), its numbers averaged over workers, in the form asked for."""
+    """Keras' `name` (evaluate, *_on_batch), its numbers combined over workers, in the form asked for."""
     return_dict = arguments.get("return_dict", False)
     logs = _keras(model, name)(**{**arguments, "return_dict": True})
-    names = list(logs)
-    backend = _state(model).backend
-    averaged = dict(zip(names, backend.average([float(logs[n]) for n in names])))
+    combined = _state(model).backend.reduce_results(model, logs)  # the metric states are still there
     if return_dict:
-        return averaged
-    values = [averaged[n] for n in names]
+        return combined
+    values = [combined[n] for n in logs]
     return values[0] if len(values) == 1 else values
 
 
@@ -303,16 +305,29 @@ def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
 
 
 def _request(
-    state: _State, per_replica: int, shuffle: bool, user_steps: int | None, what: str
+    state: _State,
+    per_replica: int,
+    shuffle: bool,
+    user_steps: int | None,
+    what: str,
+    evaluation: bool = False,
 ) -> FeedRequest:
-    """What one worker is asked to feed: its shard, and steps counted for one replica divided among them."""
+    """What one worker is asked to feed: its shard, and steps counted for one replica divided among them.
+
+    Evaluation without a step count, where the backend allows it, takes every sample: the workers' parts
+    may differ by one, and the metric states are combined at the end. Evaluation shards the data also when
+    training does not (divide_epochs), so that each sample is evaluated once."""
     backend, policy = state.backend, state.options.data_policy
     steps = user_steps
     if user_steps is not None and policy is DataPolicy.SHARD:
         steps = divide_steps(
             user_steps, backend.num_replicas, "steps_per_epoch" if "train" in what else "steps"
         )
-    shard = Shard(backend.worker_index, backend.num_workers) if policy is DataPolicy.SHARD else Shard()
+    uneven = evaluation and user_steps is None and backend.uneven_evaluation
+    if policy is DataPolicy.SHARD or (uneven and policy is DataPolicy.DIVIDE_EPOCHS):
+        shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
+    else:
+        shard = Shard()
     return FeedRequest(per_replica, shuffle, steps, what, policy.value, shard, backend.replicas_per_worker)
 
 

@@ -1,9 +1,12 @@
-"""This worker's part of the training data: equal shards, so every worker runs the same number of steps.
+"""This worker's part of the data: equal shards for training, so every worker runs the same number of steps.
 
-The rule everywhere: cut the data into N equal parts (dropping at most N-1 trailing samples or
+The rule for training: cut the data into N equal parts (dropping at most N-1 trailing samples or
 batches), give part r to worker r. Equal parts mean equal step counts, so a collective never waits
 for a worker that has run out of data. Worker r takes every N-th element starting at r: at each step
 the N workers together see exactly the samples one process would see with an N-times larger batch.
+
+Evaluation on backends without a collective per step (`Shard.even=False`) drops nothing: worker r
+takes every N-th element from r to the end, and the metric states are summed over workers afterwards.
 
 Framework-free (numpy only): what depends on tf.data or a Keras dataset class lives in kscale.data and
 in the backends.
@@ -27,6 +30,8 @@ class Shard:
 
     index: int = 0
     count: int = 1
+    #: Equal parts (the trailing remainder dropped); False: the parts differ by one, nothing is dropped.
+    even: bool = True
 
 
 def flatten(structure: Any) -> list[Any]:
@@ -76,11 +81,11 @@ def num_samples(*structures: Any) -> int:
 
 
 def shard_arrays(structure: Any, shard: Shard, total: int | None = None) -> Any:
-    """Every `shard.count`-th sample from `shard.index`, after cutting to a multiple of `count`."""
+    """Every `shard.count`-th sample from `shard.index`, after cutting to a multiple of `count` if even."""
     if structure is None or shard.count == 1:
         return structure
     total = num_samples(structure) if total is None else total
-    usable = (total // shard.count) * shard.count
+    usable = (total // shard.count) * shard.count if shard.even else total
     return map_structure(lambda a: a[shard.index : usable : shard.count], structure)
 
 
@@ -131,6 +136,7 @@ class WorkerPart:
     y: Any = None
     sample_weight: Any = None
     length: int | None = None  # samples (arrays) or batches (dataset, Sequence); None if unknown
+    longest: int | None = None  # the length of the largest worker's part (parts differ when not even)
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -159,7 +165,7 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     if part.kind in ("dataset", "sequence"):
         known = part.length if part.length is not None and part.length >= 0 else None
         check_steps(steps, known, request)
-        if steps is None and part.length is None and request.shard.count > 1:
+        if steps is None and part.length is None and request.shard.count > 1 and request.shard.even:
             raise unknown_length(request.what)
         return Feed(part.x, notes=part.notes, steps=steps, epoch_steps=steps or known)
     return Feed(part.x, part.y, part.sample_weight, steps=steps, notes=part.notes)
@@ -192,10 +198,18 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
     total = num_samples(*[a for a in (x, y, sample_weight) if a is not None])
     require_samples(total, shard, request.per_replica, request.what)
     notes = []
-    if total % shard.count:
+    if total % shard.count and shard.even:
         notes.append(f"{total % shard.count} trailing sample(s) of {total} unused so workers stay even")
     x, y, sample_weight = (shard_arrays(a, shard, total) for a in (x, y, sample_weight))
-    return WorkerPart("arrays", x, y, sample_weight, total // shard.count, notes)
+    longest = part_length(total, dataclasses.replace(shard, index=0))
+    return WorkerPart("arrays", x, y, sample_weight, part_length(total, shard), longest, notes)
+
+
+def part_length(total: int, shard: Shard) -> int:
+    """How many of `total` elements worker `shard.index` gets."""
+    if shard.even:
+        return total // shard.count
+    return (total - shard.index + shard.count - 1) // shard.count
 
 
 def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
@@ -236,7 +250,7 @@ class BatchShard:
         self.shard = shard
 
     def __len__(self) -> int:
-        return len(self.batches) // self.shard.count
+        return part_length(len(self.batches), self.shard)
 
     def __getitem__(self, index: int) -> Any:
         if not 0 <= index < len(self):
@@ -254,7 +268,8 @@ def batches_part(
     shard = request.shard
     no_separate_targets(y, sample_weight, shard_class.type_name)
     notes = []
-    if len(x) % shard.count:
+    if len(x) % shard.count and shard.even:
         notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
     batches = shard_class(x, shard) if shard.count > 1 else x
-    return WorkerPart("sequence", batches, length=len(batches), notes=notes)
+    longest = part_length(len(x), dataclasses.replace(shard, index=0))
+    return WorkerPart("sequence", batches, length=len(batches), notes=notes, longest=longest)

@@ -8,6 +8,7 @@ A mixin: the Keras family class beside it (TFKerasBackend, Keras3Backend) suppli
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +80,8 @@ class StrategyMixin:
         part = data.worker_part(x, y, sample_weight, request)
         if part.kind == "other":
             return sharding.one_process_feed(part, request)
+        if not request.shard.even and request.steps is None:
+            return self._uneven_feed(part, request)
         dataset = data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = data.dataset_batches(dataset)
@@ -103,6 +106,20 @@ class StrategyMixin:
         epoch = dataset.take(steps * per_worker).repeat()
         distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
         return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
+
+    def _uneven_feed(self, part: sharding.WorkerPart, request: sharding.FeedRequest) -> sharding.Feed:
+        """Evaluation to the last sample: every replica runs as many steps as the largest part needs, those
+        that run out get batches of zero samples; metric states are summed over replicas when read."""
+        longest = part.longest
+        if longest is None:
+            raise sharding.unknown_length(request.what)
+        if part.kind == "arrays":
+            longest = math.ceil(longest / request.per_replica)  # samples -> per-replica batches
+        per_worker = self.replicas_per_worker
+        steps = math.ceil(longest / per_worker)
+        epoch = data.pad_with_empty_batches(data.as_dataset(part, request), steps * per_worker).repeat()
+        distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
+        return sharding.Feed(distributed, steps=steps, notes=list(part.notes), epoch_steps=steps)
 
     def user_callbacks(self, callbacks: list) -> list:
         # Under a multi-worker strategy, these save through collectives and must run on every worker

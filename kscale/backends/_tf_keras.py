@@ -20,6 +20,9 @@ class TFKerasBackend(Backend):
     """A backend that trains tf.keras models; alone, one process per replica."""
 
     keras_generation = 2
+    # Keras 2 evaluates one process's data alone, and under a tf.distribute strategy hands empty batches to
+    # replicas that have run out until every worker has (partial-batch handling).
+    uneven_evaluation = True
 
     @staticmethod
     def keras_module() -> Any:

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import numpy as np
+
 from kscale import checkpoint_io
 from kscale.environment import Environment
 
@@ -33,6 +35,9 @@ class Backend(abc.ABC):
     create_at_import: ClassVar[bool] = False
     #: Saving involves every worker (a collective inside), so all save and the others' copies are scratch.
     saves_are_collective: ClassVar[bool] = False
+    #: Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing is
+    #: dropped, and `reduce_results` combines the workers' metric states once at the end.
+    uneven_evaluation: ClassVar[bool] = False
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
@@ -154,6 +159,16 @@ class Backend(abc.ABC):
         before anything else reads them), then the user's."""
         return self.own_callbacks() + self.user_callbacks(user_callbacks)
 
+    def reduce_results(self, model: Any, logs: dict) -> dict:
+        """evaluate's (or *_on_batch's) numbers as one process given every worker's data would report them.
+
+        Here the mean of the workers' numbers, which is exact where there is nothing to combine (one
+        process; a tf.distribute strategy, whose metric states are summed over replicas when read).
+        Backends whose workers compute alone (Horovod) combine the metric states instead.
+        """
+        names = list(logs)
+        return dict(zip(names, self.average([float(logs[name]) for name in names])))
+
     def average(self, values: list[float]) -> list[float]:
         """Average per-worker numbers over workers, so every worker reports the same.
 
@@ -177,9 +192,17 @@ class Backend(abc.ABC):
         elif self.saves_are_collective:
             checkpoint_io.scratch_save(filepath, write)
 
-    def predict(self, model: Any, method: str, keras_method: Callable[..., Any], arguments: dict) -> Any:
+    def predict(
+        self, model: Any, method: str, keras_method: Callable[..., Any], arguments: dict, options: Any
+    ) -> Any:
         """Run predict/predict_on_batch: Keras' own, on all of `x` in every worker."""
         return keras_method(**arguments)
+
+
+def log_value(value: Any) -> Any:
+    """A metric's result as Keras' logs hold it: a Python float for a scalar, else a numpy array."""
+    array = np.asarray(value)
+    return array.item() if array.ndim == 0 else array
 
 
 class OneProcess:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
-from kscale import _optional
+from kscale import _optional, sharding
 from kscale.backends._tf_keras import TFKerasBackend
+from kscale.backends.base import log_value
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
-from kscale.errors import OptionError
+from kscale.errors import DataError, OptionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +24,9 @@ class HorovodOptions:
     compression: str | None = None
     #: Gradients of this many batches are accumulated locally before one allreduce (Horovod's own option).
     backward_passes_per_step: int = 1
+    #: predict(): each worker computes its 1/N of x, and the parts are gathered in order, so every worker
+    #: returns the predictions for all of x with each sample computed once (not N times).
+    split_predict: bool = False
 
     def __post_init__(self) -> None:
         if self.compression == "none":
@@ -34,6 +39,8 @@ class HorovodOptions:
                 f"backward_passes_per_step={passes!r} must be an integer >= 1 (the number of batches whose "
                 "gradients are accumulated before one allreduce)."
             )
+        if not isinstance(self.split_predict, bool):
+            raise OptionError(f"split_predict={self.split_predict!r} must be True or False.")
 
 
 class HorovodBackend(TFKerasBackend):
@@ -102,6 +109,64 @@ class HorovodBackend(TFKerasBackend):
             else cb
             for cb in super().user_callbacks(callbacks)
         ]
+
+    def reduce_results(self, model: tf.keras.Model, logs: dict) -> dict:
+        """Sum every metric's state over workers (true positives, totals, counts...) and compute the results
+        from the sums: exactly what one process evaluating all workers' data reports, also for AUC,
+        precision or means over parts of different sizes. The states are the ones tf.distribute sums over
+        replicas (each variable's own aggregation); numbers that are no metric's result are averaged."""
+        variables = [variable for metric in model.metrics for variable in metric.variables]
+        exact: dict = {}
+        if variables:
+            local = [variable.numpy() for variable in variables]
+            try:
+                for variable, value in zip(variables, self._reduced_states(variables)):
+                    variable.assign(value)
+                exact = {k: v for k, v in model.get_metrics_result().items() if k in logs}
+            finally:
+                for variable, value in zip(variables, local):
+                    variable.assign(value)
+        others = [name for name in logs if name not in exact]
+        if others:
+            exact.update(zip(others, self.average([float(logs[name]) for name in others])))
+        return {name: log_value(exact[name]) for name in logs}
+
+    def _reduced_states(self, variables: list[tf.Variable]) -> list[tf.Tensor]:
+        hvd_tf = _optional.horovod_tensorflow()
+        reduced = []
+        for i, variable in enumerate(variables):
+            name = f"kscale.metric_state.{i}"
+            aggregation = getattr(variable, "aggregation", tf.VariableAggregation.SUM)
+            if aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA:
+                reduced.append(hvd_tf.broadcast(variable.read_value(), root_rank=0, name=name))
+            else:
+                op = hvd_tf.Average if aggregation == tf.VariableAggregation.MEAN else hvd_tf.Sum
+                reduced.append(hvd_tf.allreduce(variable.read_value(), op=op, name=name))
+        return reduced
+
+    def predict(
+        self, model: Any, method: str, keras_method: Any, arguments: dict, options: HorovodOptions
+    ) -> Any:
+        if method != "predict" or not options.split_predict or self.num_workers == 1:
+            return keras_method(**arguments)
+        x = arguments.get("x")
+        if not sharding.is_array_data(x):
+            raise DataError(
+                f"split_predict needs numpy arrays or tensors to cut into parts, got {type(x).__name__}. "
+                "Pass arrays, or drop split_predict (every worker then predicts all of x)."
+            )
+        total = sharding.num_samples(x)
+        bounds = np.linspace(0, total, self.num_workers + 1).astype(int)
+        start, end = bounds[self.worker_index], bounds[self.worker_index + 1]
+        part = sharding.map_structure(lambda a: a[start:end], x)
+        local = keras_method(**{**arguments, "x": part})
+        hvd_tf = _optional.horovod_tensorflow()
+        leaves = tf.nest.flatten(local)
+        gathered = [
+            hvd_tf.allgather(tf.convert_to_tensor(leaf), name=f"kscale.predict.{i}").numpy()
+            for i, leaf in enumerate(leaves)
+        ]
+        return tf.nest.pack_sequence_as(local, gathered)
 
     def average(self, values: list[float]) -> list[float]:
         hvd_tf = _optional.horovod_tensorflow()

@@ -95,7 +95,7 @@ class JaxBackend(Keras3Backend):
         keras.utils.set_random_seed(seed)
         return self.rebuild_in(model, self, weights=chief)
 
-    def predict(self, model: Any, method: str, keras_method: Any, arguments: dict) -> Any:
+    def predict(self, model: Any, method: str, keras_method: Any, arguments: dict, options: Any) -> Any:
         """Across processes Keras' predict returns arrays no process holds whole: predict with a copy of the
         model on this process's own devices instead, so every process gets all of its `x`, as elsewhere."""
         if self.num_workers == 1:

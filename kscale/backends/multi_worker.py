@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from kscale.backends._strategy import StrategyMixin
 from kscale.backends._tf_keras import TFKerasBackend
+from kscale.backends.base import log_value
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 
@@ -20,6 +21,14 @@ class MultiWorkerBackend(StrategyMixin, TFKerasBackend):
     @classmethod
     def detect(cls, env: Environment) -> bool:
         return env.launcher in (Launcher.TF_CONFIG, Launcher.SLURM) and env.world_size > 1
+
+    def reduce_results(self, model: tf.keras.Model, logs: dict) -> dict:
+        """The metrics' results read from their states (summed over every replica of every worker when read
+        outside a replica), not the step's returned numbers: Keras 2 sums those over workers as well
+        ("auto" reduction is "sum" under MultiWorkerMirroredStrategy), which makes *_on_batch report N times
+        the loss and a precision above 1."""
+        results = model.get_metrics_result()
+        return {name: log_value(results[name]) if name in results else logs[name] for name in logs}
 
     def make_strategy(self) -> tf.distribute.Strategy:
         resolver = None

@@ -1,4 +1,4 @@
-"""Average the epoch's metrics over workers, so every worker's logs (and callbacks) see the same numbers."""
+"""Average the epoch's training metrics over workers, so every worker's logs (and callbacks) see the same."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class AverageMetrics(tf.keras.callbacks.Callback):
         self._average = average
 
     def on_epoch_end(self, epoch, logs=None):
-        if not logs:
+        # Validation numbers come from evaluate(), whose metric states are already combined exactly.
+        names = sorted(name for name in logs or () if not name.startswith("val_"))
+        if not names:
             return
-        names = sorted(logs)
         logs.update(zip(names, self._average([float(logs[name]) for name in names])))

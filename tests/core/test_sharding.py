@@ -9,6 +9,7 @@ import pytest
 
 from kscale.errors import DataError
 from kscale.sharding import (
+    BatchShard,
     FeedRequest,
     Shard,
     array_part,
@@ -69,3 +70,27 @@ def test_steps_beyond_the_data_and_unsplittable_input_are_data_errors():
     with pytest.raises(DataError, match="cannot split generator"):
         other_part((i for i in range(3)), None, None, request())
     assert other_part([1, 2], None, None, request(workers=1)).kind == "other"
+
+
+@pytest.mark.parametrize("total", [10, 11, 101])
+def test_uneven_parts_take_every_sample_once(total):
+    x = np.arange(total)
+    parts = [
+        array_part(
+            x, None, None, FeedRequest(4, False, None, "evaluation data", "shard", Shard(r, 2, even=False))
+        )
+        for r in range(2)
+    ]
+    assert sorted(np.concatenate([part.x for part in parts]).tolist()) == list(range(total))
+    assert [part.length for part in parts] == [len(part.x) for part in parts]
+    assert {part.longest for part in parts} == {(total + 1) // 2}  # what every worker's steps follow
+    assert not any(part.notes for part in parts)  # nothing dropped, nothing to say
+
+
+def test_uneven_batch_shard_keeps_the_trailing_batches():
+    class Batches(BatchShard):
+        pass
+
+    parts = [Batches(list(range(7)), Shard(r, 3, even=False)) for r in range(3)]
+    assert [[part[i] for i in range(len(part))] for part in parts] == [[0, 3, 6], [1, 4], [2, 5]]
+    assert [len(Batches(list(range(7)), Shard(r, 3))) for r in range(3)] == [2, 2, 2]

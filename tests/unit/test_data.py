@@ -219,3 +219,13 @@ def test_sequence_to_dataset_round_trip(as_list):
         np.testing.assert_array_equal(x.numpy(), expected_x)
         np.testing.assert_array_equal(y.numpy(), expected_y)
     assert sequence.epochs_ended == 1  # one pass ends one epoch
+
+
+def test_pad_with_empty_batches_adds_batches_of_zero_samples_with_the_same_structure():
+    from kscale.data import pad_with_empty_batches
+
+    dataset = tf.data.Dataset.from_tensor_slices((np.ones((5, 3), "float32"), np.arange(5))).batch(2)
+    padded = list(pad_with_empty_batches(dataset, 5).as_numpy_iterator())
+    assert [len(x) for x, _ in padded] == [2, 2, 1, 0, 0]
+    assert padded[-1][0].shape == (0, 3) and padded[-1][1].shape == (0,)
+    assert [len(x) for x, _ in pad_with_empty_batches(dataset, 2)] == [2, 2]
