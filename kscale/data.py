@@ -11,11 +11,13 @@ import tensorflow as tf
 from kscale.errors import DataError
 from kscale.sharding import (
     BatchShard,
+    EverySampleBatches,
     FeedRequest,
     Shard,
     WorkerPart,
     array_part,
     batches_part,
+    every_sample_part,
     is_array_data,
     no_separate_targets,
     num_samples,
@@ -55,6 +57,10 @@ def shard_dataset(dataset: tf.data.Dataset, shard: Shard, what: str = "training 
     return dataset.shard(shard.count, shard.index)
 
 
+class EverySampleSequence(EverySampleBatches, tf.keras.utils.Sequence):
+    """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
+
+
 class ShardedSequence(BatchShard, tf.keras.utils.Sequence):
     """A keras Sequence restricted to batches r, r+N, ... (kscale.sharding.BatchShard)."""
 
@@ -70,10 +76,18 @@ def sequence_to_dataset(sequence: tf.keras.utils.Sequence) -> tf.data.Dataset:
         tuple(first) if isinstance(first, list) else first,
     )
 
+    pass_ended = [True]
+
     def generate():
+        # A pass cut short (take() stops pulling once it has its batches) never reaches the end of this
+        # function: end its epoch when the next pass starts.
+        if not pass_ended[0]:
+            sequence.on_epoch_end()
+        pass_ended[0] = False
         for i in range(len(sequence)):
             item = sequence[i]
             yield tuple(item) if isinstance(item, list) else item
+        pass_ended[0] = True
         sequence.on_epoch_end()
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
@@ -99,6 +113,8 @@ def steps_for(batches: int | None, replicas_per_step: int) -> int | None:
 def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
     """Cut the user's data (numpy arrays, tf.data.Dataset, keras Sequence) to this worker's equal part."""
     shard, what = request.shard, request.what
+    if request.every_sample:  # one replica's batch per item: strategies pull one per replica
+        return every_sample_part(x, y, sample_weight, request, EverySampleSequence, replicas_per_item=1)
     if is_array_data(x):
         return array_part(x, y, sample_weight, request)
     if isinstance(x, tf.data.Dataset):
@@ -131,6 +147,6 @@ def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:
     """This worker's part as a dataset of per-replica batches (what tf.distribute strategies are fed)."""
     if part.kind == "arrays":
         return arrays_to_dataset((part.x, part.y, part.sample_weight), request.per_replica, request.shuffle)
-    if part.kind == "sequence":
+    if part.kind in ("sequence", "every_sample"):
         return sequence_to_dataset(part.x)
     return part.x

@@ -50,8 +50,8 @@ def distribute(model: Any, **options: Any) -> Any:
     """Make a built, compiled Keras model train on every device and worker this process can reach.
 
     Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker' | 'jax'), devices,
-    lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'divide_epochs' |
-    'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's own (horovod:
+    lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'every_sample' |
+    'divide_epochs' | 'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's own (horovod:
     compression, backward_passes_per_step; Keras 3 backends: gradient_accumulation_steps).
 
     Returns the model to train: `model` itself, or a copy built where the backend needs the variables
@@ -174,6 +174,8 @@ def _fit(self, *args: Any, **kwargs: Any) -> Any:
     feed = backend.feed(x, y, sample_weight, request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
+    if feed.shuffle is not None:  # the feed shuffles itself (alike on every worker)
+        a["shuffle"] = feed.shuffle
     if a.get("validation_data") is not None:
         vx, vy, vsw = _unpack_validation(a["validation_data"])
         given = a.get("validation_batch_size")
@@ -319,16 +321,20 @@ def _request(
     training does not (divide_epochs), so that each sample is evaluated once."""
     backend, policy = state.backend, state.options.data_policy
     steps = user_steps
-    if user_steps is not None and policy is DataPolicy.SHARD:
+    sharding_policy = policy in (DataPolicy.SHARD, DataPolicy.EVERY_SAMPLE)
+    if user_steps is not None and sharding_policy:
         steps = divide_steps(
             user_steps, backend.num_replicas, "steps_per_epoch" if "train" in what else "steps"
         )
     uneven = evaluation and user_steps is None and backend.uneven_evaluation
-    if policy is DataPolicy.SHARD or (uneven and policy is DataPolicy.DIVIDE_EPOCHS):
+    if sharding_policy or (uneven and policy is DataPolicy.DIVIDE_EPOCHS):
         shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
     else:
         shard = Shard()
-    return FeedRequest(per_replica, shuffle, steps, what, policy.value, shard, backend.replicas_per_worker)
+    every_sample = policy is DataPolicy.EVERY_SAMPLE and not evaluation
+    return FeedRequest(
+        per_replica, shuffle, steps, what, policy.value, shard, backend.replicas_per_worker, every_sample
+    )
 
 
 def _set_batch_size(arguments: dict, name: str, batch_size: int | None) -> None:

@@ -25,6 +25,8 @@ class DataPolicy(str, enum.Enum):
     """What each worker trains on."""
 
     SHARD = "shard"  # each worker a disjoint 1/N of the data; epochs stay as given
+    # like shard, but nothing is dropped: the last step is padded with zero-weighted samples (arrays)
+    EVERY_SAMPLE = "every_sample"
     DIVIDE_EPOCHS = "divide_epochs"  # every worker all the data; epochs ÷ N, rounded up (seed 001)
     NONE = "none"  # the user shards the data; kscale touches neither data nor epochs
 

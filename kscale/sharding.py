@@ -120,6 +120,8 @@ class FeedRequest:
     shard: Shard = Shard()
     #: replicas this worker drives; Keras splits a worker's batch over them where it does so itself
     replicas_per_worker: int = 1
+    #: data_policy='every_sample' for training: every sample once per epoch, the last step padded
+    every_sample: bool = False
 
     @property
     def per_worker(self) -> int:
@@ -151,11 +153,15 @@ class Feed:
     steps: int | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
     epoch_steps: int | None = None  # the steps one epoch will run, whether or not the user gave them
+    shuffle: bool | None = None  # what Keras' own `shuffle` must be, where the feed shuffles itself
 
 
 def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     """Feed a worker whose model takes this worker's data as is: Keras slices and batches it as usual."""
     steps = request.steps
+    if part.kind == "every_sample":
+        check_steps(steps, part.length, request)
+        return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps or part.length, shuffle=False)
     if part.kind == "arrays":
         available = math.ceil(part.length / request.per_worker)
         check_steps(steps, available, request)
@@ -259,6 +265,102 @@ class BatchShard:
 
     def on_epoch_end(self) -> None:
         self.batches.on_epoch_end()
+
+
+class EverySampleBatches:
+    """Array input as this worker's batches under data_policy='every_sample': every sample once per epoch.
+
+    All workers order the samples alike (shuffled by a permutation that depends only on the epoch, so
+    every worker draws the same), and step s is the global batch of samples s*B .. s*B+B-1 (B = per-replica
+    batch × replicas), cut into one slice per replica: what one process with batch B trains on. The last
+    step usually has m < B samples. Its slices are padded to full size with zero-weighted samples, and its
+    real samples weighted B/m: each replica's loss is summed over its b rows and divided by b (Keras'
+    default reduction), the replicas' gradients are averaged, so the step's gradient is the mean over the m
+    real samples, as in one process. Needs a loss reduced by 'sum_over_batch_size' (Keras' default).
+
+    A mixin: each Keras family binds it to its own dataset base class (Sequence, PyDataset). Items are the
+    batches of `replicas_per_item` consecutive replicas of this worker (1 where a strategy pulls one batch
+    per replica; all of them where Keras takes the worker's whole batch).
+    """
+
+    def __init__(self, x: Any, y: Any, sample_weight: Any, request: FeedRequest, replicas_per_item: int):
+        super().__init__()
+        self.arrays = (x, y, sample_weight)
+        self.total = num_samples(*[a for a in self.arrays if a is not None])
+        self.per_replica = request.per_replica
+        self.replicas = request.shard.count * request.replicas_per_worker
+        self.first_replica = request.shard.index * request.replicas_per_worker
+        self.items_per_step = request.replicas_per_worker // replicas_per_item
+        self.replicas_per_item = replicas_per_item
+        self.shuffle = request.shuffle
+        self.global_batch = self.per_replica * self.replicas
+        self.steps = math.ceil(self.total / self.global_batch)
+        self.last_step_samples = self.total - (self.steps - 1) * self.global_batch
+        self.epoch = 0
+        self._order = self._permutation()
+
+    def _permutation(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.total)
+        return np.random.default_rng([0, self.epoch]).permutation(self.total)  # the same on every worker
+
+    def __len__(self) -> int:
+        return self.steps * self.items_per_step
+
+    def __getitem__(self, index: int) -> tuple:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} out of range for {len(self)} batches")
+        step, item = divmod(index, self.items_per_step)
+        rows = self.per_replica * self.replicas_per_item
+        start = (
+            step * self.global_batch + (self.first_replica + item * self.replicas_per_item) * self.per_replica
+        )
+        positions = self._order[start : start + rows]  # short, or empty, in the last step only
+        x, y, weights = self.arrays
+        factor = self.global_batch / self.last_step_samples if step == self.steps - 1 else 1.0
+        real = np.ones(len(positions), np.float32) if weights is None else np.asarray(weights)[positions]
+        weight = np.zeros(rows, np.float32)
+        weight[: len(positions)] = real * factor
+        batch = tuple(_padded_rows(a, positions, rows) for a in (x, y) if a is not None)
+        return (*batch, weight)
+
+    def on_epoch_end(self) -> None:
+        self.epoch += 1
+        self._order = self._permutation()
+
+
+def _padded_rows(structure: Any, positions: np.ndarray, rows: int) -> Any:
+    """The rows at `positions` of every array in `structure`, followed by zero rows up to `rows`."""
+
+    def take(array: Any) -> np.ndarray:
+        array = np.asarray(array)
+        out = np.zeros((rows, *array.shape[1:]), array.dtype)
+        out[: len(positions)] = array[positions]
+        return out
+
+    return map_structure(take, structure)
+
+
+def every_sample_part(
+    x: Any, y: Any, sample_weight: Any, request: FeedRequest, batches_class: type, replicas_per_item: int
+) -> WorkerPart:
+    """This worker's batches under data_policy='every_sample' (`batches_class` binds EverySampleBatches to
+    its Keras' dataset class)."""
+    if not is_array_data(x):
+        raise DataError(
+            f"data_policy='every_sample' pads the last step of array input, but the {request.what} is "
+            f"{type(x).__name__}. Pass numpy arrays (or tensors), or use data_policy='shard' for datasets "
+            "(it drops at most one batch per worker each epoch)."
+        )
+    require_samples(num_samples(*[a for a in (x, y, sample_weight) if a is not None]), request.shard, 1)
+    batches = batches_class(x, y, sample_weight, request, replicas_per_item)
+    note = (
+        f"every sample once per epoch: the last step has {batches.last_step_samples} of "
+        f"{batches.global_batch} samples, padded with zero-weighted ones"
+        if batches.last_step_samples < batches.global_batch
+        else "every sample once per epoch: the samples fill every step"
+    )
+    return WorkerPart("every_sample", batches, length=len(batches), notes=[note])
 
 
 def batches_part(

@@ -151,6 +151,10 @@ class Keras3Backend(Backend):
 
 def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
     """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
+    if request.every_sample:  # Keras takes this worker's whole batch and spreads it over its devices
+        return sharding.every_sample_part(
+            x, y, sample_weight, request, EverySamplePyDataset, replicas_per_item=request.replicas_per_worker
+        )
     if sharding.is_array_data(x):
         return sharding.array_part(x, y, sample_weight, request)
     if isinstance(x, keras.utils.PyDataset):
@@ -161,6 +165,10 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
 
         return data.worker_part(x, y, sample_weight, request)
     return sharding.other_part(x, y, sample_weight, request)
+
+
+class EverySamplePyDataset(sharding.EverySampleBatches, keras.utils.PyDataset):
+    """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
 
 
 class ShardedPyDataset(sharding.BatchShard, keras.utils.PyDataset):

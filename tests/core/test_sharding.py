@@ -10,9 +10,11 @@ import pytest
 from kscale.errors import DataError
 from kscale.sharding import (
     BatchShard,
+    EverySampleBatches,
     FeedRequest,
     Shard,
     array_part,
+    every_sample_part,
     flatten,
     is_array_data,
     map_structure,
@@ -94,3 +96,65 @@ def test_uneven_batch_shard_keeps_the_trailing_batches():
     parts = [Batches(list(range(7)), Shard(r, 3, even=False)) for r in range(3)]
     assert [[part[i] for i in range(len(part))] for part in parts] == [[0, 3, 6], [1, 4], [2, 5]]
     assert [len(Batches(list(range(7)), Shard(r, 3))) for r in range(3)] == [2, 2, 2]
+
+
+def _every_sample_batches(workers, index, total=101, per_replica=8, replicas_per_worker=1, per_item=1):
+    request = FeedRequest(
+        per_replica,
+        False,
+        None,
+        "training data",
+        "every_sample",
+        Shard(index, workers),
+        replicas_per_worker,
+        True,
+    )
+    x = np.arange(total, dtype="float32").reshape(total, 1)
+    return EverySampleBatches(x, np.arange(total), None, request, per_item)
+
+
+@pytest.mark.parametrize(
+    "workers, replicas_per_worker, per_item", [(2, 1, 1), (1, 2, 1), (2, 2, 2), (3, 1, 1)]
+)
+def test_every_sample_batches_cover_every_sample_once_with_the_last_step_reweighted(
+    workers, replicas_per_worker, per_item
+):
+    seen, weight_of = [], {}
+    for index in range(workers):
+        batches = _every_sample_batches(
+            workers, index, replicas_per_worker=replicas_per_worker, per_item=per_item
+        )
+        global_batch = 8 * workers * replicas_per_worker
+        assert (
+            len(batches) == -(-101 // global_batch) * replicas_per_worker // per_item
+        )  # the same everywhere
+        for i in range(len(batches)):
+            x, y, w = batches[i]
+            assert len(x) == len(y) == len(w) == 8 * per_item  # full size: padded
+            real = w > 0
+            seen += y[real].tolist()
+            weight_of.update(zip(y[real].tolist(), w[real].tolist()))
+            assert (x[~real] == 0).all()
+    assert sorted(seen) == list(range(101))
+    last = 101 - (101 // global_batch) * global_batch  # real samples in the last global step
+    assert sorted(set(weight_of.values())) == pytest.approx(sorted({1.0, global_batch / last}))
+
+
+def test_every_sample_batches_shuffle_alike_on_every_worker_and_anew_each_epoch():
+    parts = [_every_sample_batches(2, index) for index in range(2)]
+    for part in parts:
+        part.shuffle = True
+        part.on_epoch_end()
+    first = sorted(
+        y for part in parts for i in range(len(part)) for y, w in zip(part[i][1], part[i][2]) if w > 0
+    )
+    assert first == list(range(101))  # still disjoint and complete: the workers drew the same permutation
+    order = [parts[0][i][1].tolist() for i in range(len(parts[0]))]
+    parts[0].on_epoch_end()
+    assert [parts[0][i][1].tolist() for i in range(len(parts[0]))] != order
+
+
+def test_every_sample_refuses_input_it_cannot_pad():
+    request = FeedRequest(8, False, None, "training data", "every_sample", Shard(0, 2), 1, True)
+    with pytest.raises(DataError, match="every_sample"):
+        every_sample_part(iter([]), None, None, request, EverySampleBatches, 1)
