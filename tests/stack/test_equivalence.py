@@ -28,12 +28,21 @@ def _max_diff(a: list, b: list) -> float:
     return max(float(np.max(np.abs(np.asarray(u) - np.asarray(v)))) for u, v in zip(a, b, strict=True))
 
 
-@pytest.fixture(scope="module")
-def reference(launch, tmp_path_factory) -> dict:
+def _reference(launch, tmp_path_factory, mode: str) -> dict:
     out = tmp_path_factory.mktemp("reference") / "weights"
-    done = launch([sys.executable, WORKER, "reference", out])
+    done = launch([sys.executable, WORKER, mode, out])
     assert done.returncode == 0, done.stdout[-4000:]
     return _load(f"{out}.0.json")
+
+
+@pytest.fixture(scope="module")
+def reference(launch, tmp_path_factory) -> dict:
+    return _reference(launch, tmp_path_factory, "reference")
+
+
+@pytest.fixture(scope="module")
+def reference_every_sample(launch, tmp_path_factory) -> dict:
+    return _reference(launch, tmp_path_factory, "reference+every_sample")
 
 
 LAUNCHES = {
@@ -65,3 +74,18 @@ def test_two_replicas_match_one_process_with_double_batch_and_rate(launch, refer
         assert result["iterations"] == reference["iterations"] == 16  # 64 samples / global batch 8 x 2 epochs
         assert _max_diff(result["final"], reference["final"]) < TOLERANCE
         assert _max_diff(result["final"], results[0]["final"]) == 0.0
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("way", [w for w in lane_backends() if w != "jax_rebuilt"])
+def test_every_sample_on_data_the_global_batch_does_not_divide(launch, reference_every_sample, tmp_path, way):
+    """61 samples, global batch 8: the last step has 5; padded and reweighted, it is one process's step."""
+    command, ranks = LAUNCHES[way]
+    command = ["distributed+every_sample" if part == "distributed" else part for part in command]
+    out = tmp_path / "weights"
+    done = launch([*command, out, *(["2"] if ranks == 1 else [])])
+    assert done.returncode == 0, done.stdout[-6000:]
+    for rank in range(ranks):
+        result = _load(f"{out}.{rank}.json")
+        assert result["iterations"] == reference_every_sample["iterations"] == 16  # ceil(61 / 8) x 2 epochs
+        assert _max_diff(result["final"], reference_every_sample["final"]) < TOLERANCE

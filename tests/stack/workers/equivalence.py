@@ -7,13 +7,15 @@ equivalence.py distributed OUT [DEVS]   kscale.distribute, batch b, lr η per re
 equivalence.py rebuilt OUT              as distributed, but the model is built outside the job's
                                         keras.distribution (JAX), with other weights on every process:
                                         kscale rebuilds it there with the chief's weights
+MODE+every_sample                       61 samples (the global batch does not divide them) and
+                                        data_policy='every_sample': nothing may be dropped
 """
 
 import json
 import os
 import sys
 
-mode, out = sys.argv[1], sys.argv[2]
+(mode, _, policy), out = sys.argv[1].partition("+"), sys.argv[2]
 devices = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 if devices > 1:  # JAX: before JAX starts
     os.environ["XLA_FLAGS"] = (
@@ -39,7 +41,7 @@ if devices > 1 and not jax_backend:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
 
-BATCH, LR, EPOCHS, SAMPLES = 4, 0.05, 2, 64
+BATCH, LR, EPOCHS, SAMPLES = 4, 0.05, 2, 61 if policy == "every_sample" else 64
 rng = np.random.default_rng(0)
 x = rng.normal(size=(SAMPLES, 5)).astype("float32")
 y = (x @ rng.normal(size=(5, 1)) + 0.1).astype("float32")
@@ -73,6 +75,8 @@ else:
             if jax_backend
             else {"backend": "mirrored", "devices": [f"CPU:{i}" for i in range(devices)]}
         )
+    if policy:
+        options["data_policy"] = policy
     model = kscale.distribute(model, **options)
     model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
 
