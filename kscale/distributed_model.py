@@ -12,6 +12,7 @@ it expects. Everything that depends on how training runs is asked of the backend
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -42,6 +43,8 @@ class _State:
     optimizer: Any = None  # the optimizer as the user gave it (before scaling and wrapping)
     compile_args: dict = dataclasses.field(default_factory=dict)
     learning_rate: Any = None  # the compiled optimizer's rate, where warmup steps are set
+    rate_factor: float = 1.0  # the factor the user's rate is scaled by for this world
+    rate_factor_variable: Any = None  # the same, saved in checkpoints with the optimizer (or None)
     warmup: bool = False
     plan_printed: bool = False
 
@@ -89,6 +92,7 @@ def distribute(model: Any, **options: Any) -> Any:
     for name, method in _METHODS.items():
         object.__setattr__(placed, name, types.MethodType(method, placed))
     placed.compile(optimizer=optimizer, **args)  # kscale's compile: scales and wraps the optimizer
+    backend.carry_optimizer_state(optimizer, placed)  # a loaded checkpoint's momentum, moments and steps
     return placed
 
 
@@ -133,7 +137,7 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
     backend, opts = state.backend, state.options
     arguments = _arguments(self, "compile", args, kwargs)
     optimizer = backend.resolve_optimizer(arguments.pop("optimizer", "rmsprop"))
-    base = backend.learning_rate_of(optimizer)
+    base = backend.unscaled_learning_rate(backend.learning_rate_of(optimizer))  # never scaled twice
     factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
     state.warmup = opts.warmup_epochs > 0 and factor != 1.0
     scaled = (
@@ -141,6 +145,8 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
     )
     backend.compile(_keras(self, "compile"), optimizer, scaled, arguments, state.backend_options)
     state.optimizer, state.compile_args = optimizer, arguments
+    state.rate_factor = factor
+    state.rate_factor_variable = backend.rate_factor_variable(self.optimizer, factor)
     # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
     # new schedule object, and fit() must set the warmup steps on the one that is actually used.
     state.learning_rate = backend.learning_rate_of(self.optimizer)
@@ -202,7 +208,11 @@ def _fit(self, *args: Any, **kwargs: Any) -> Any:
     _print_plan_once(self)
     _set_warmup(state, feed.epoch_steps)
     _quiet_unless_chief(a, backend)
-    a["callbacks"] = backend.callbacks(list(a.get("callbacks") or []))
+    # Last, after BackupAndRestore (the user's) has restored a backup made by another number of workers.
+    rescale = backend.keras_module().callbacks.LambdaCallback(
+        on_train_begin=lambda logs: _rescale_restored_rate(self, feed.epoch_steps)
+    )
+    a["callbacks"] = [*backend.callbacks(list(a.get("callbacks") or [])), rescale]
     return _keras(self, "fit")(**a)
 
 
@@ -293,12 +303,51 @@ def _saved(model: Any, name: str, args: tuple, kwargs: dict, may_be_folder: bool
     """Keras' save or save_weights through the backend (who writes; atomic); overwrite=False is Keras'."""
     a = _arguments(model, name, args, kwargs)
     target = a.pop("filepath")
-    _state(model).backend.save(
-        target,
-        lambda path: _keras(model, name)(path, **a),
-        may_be_folder=may_be_folder,
-        replace=a.get("overwrite", True) is not False,
-    )
+    with _single_replica_rate(model):
+        _state(model).backend.save(
+            target,
+            lambda path: _keras(model, name)(path, **a),
+            may_be_folder=may_be_folder,
+            replace=a.get("overwrite", True) is not False,
+        )
+
+
+@contextlib.contextmanager
+def _single_replica_rate(model: Any) -> Any:
+    """Files written by model.save / save_weights (ModelCheckpoint's too) hold the single-replica rate (a
+    float rate divided by the factor, the factor variable 1), so a job that loads them scales it for its
+    own world size: a model saved by N workers and distributed again over M gets rate × M, not × N × M.
+    A schedule needs nothing: kscale's ScaledLearningRate keeps the user's rate and the factor apart."""
+    state = _state(model)
+    rate = state.backend.learning_rate_of(model.optimizer)
+    if state.rate_factor == 1.0 or not isinstance(rate, float):
+        yield
+        return
+    variable = state.rate_factor_variable
+    model.optimizer.learning_rate = rate / state.rate_factor
+    if variable is not None:
+        variable.assign(1.0)
+    try:
+        yield
+    finally:
+        model.optimizer.learning_rate = rate
+        if variable is not None:
+            variable.assign(state.rate_factor)
+
+
+def _rescale_restored_rate(model: Any, epoch_steps: int | None) -> None:
+    """After a restore (BackupAndRestore, load_weights): the optimizer's rate was scaled for the world that
+    saved it, by the factor saved beside it; scale it for this world instead (a rate that callbacks such
+    as ReduceLROnPlateau lowered stays lowered). Warmup steps follow this world's steps per epoch."""
+    state = _state(model)
+    variable = state.rate_factor_variable
+    if variable is not None:
+        saved = float(variable.numpy())
+        rate = state.backend.learning_rate_of(model.optimizer)
+        if saved != state.rate_factor and saved > 0 and isinstance(rate, float):
+            model.optimizer.learning_rate = rate * state.rate_factor / saved
+        variable.assign(state.rate_factor)
+    _set_warmup(state, epoch_steps)
 
 
 def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:

@@ -139,3 +139,18 @@ def _check_same_weights(before: list[np.ndarray], after: list[np.ndarray], name:
             f"({len(before)} vs {len(after)} arrays); its get_config() does not describe it fully. "
             "Create the model inside `with kscale.scope():` instead."
         )
+
+
+def carry_optimizer_state(old: Any, new: Any, model: tf.keras.Model, scope: Any) -> None:
+    """Give `new` (the optimizer kscale compiled) the step count and slots `old` had, e.g. a model loaded
+    from a checkpoint: a resumed job keeps its momentum and Adam moments. Nothing when `old` never trained
+    or the two hold different variables (another optimizer)."""
+    if new is old or old is None or not isinstance(old.variables, list) or not hasattr(new, "build"):
+        return  # the same object, or a legacy optimizer (its variables are a method; it has no build)
+    if int(old.iterations.numpy()) == 0:
+        return
+    saved = [variable.numpy() for variable in old.variables]
+    with scope:
+        new.build(model.trainable_variables)
+    if [v.shape for v in saved] == [tuple(v.shape) for v in new.variables]:
+        new.set_weights(saved)

@@ -118,6 +118,9 @@ class Keras3Backend(Backend):
     def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
         return lr_lib.scaled(rate, factor, warmup)
 
+    def unscaled_learning_rate(self, rate: Any) -> Any:
+        return rate.base if isinstance(rate, lr_lib.ScaledLearningRate) else rate
+
     def describe_learning_rate(self, rate: Any) -> float | str:
         return lr_lib.describe(rate)
 

@@ -41,6 +41,9 @@ class TFKerasBackend(Backend):
     def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
         return lr_lib.scaled(rate, factor, warmup)
 
+    def unscaled_learning_rate(self, rate: Any) -> Any:
+        return rate.base if isinstance(rate, lr_lib.ScaledLearningRate) else rate
+
     def describe_learning_rate(self, rate: Any) -> float | str:
         return lr_lib.describe(rate)
 
@@ -49,6 +52,17 @@ class TFKerasBackend(Backend):
             return False
         learning_rate.warmup_steps.assign(steps)
         return True
+
+    def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
+        model_rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, self.scope())
+
+    def rate_factor_variable(self, optimizer: Any, factor: float) -> Any:
+        # An attribute of the optimizer: TensorFlow's object-based checkpoints (BackupAndRestore, the
+        # TF-format save_weights) save and restore it with the optimizer's rate.
+        with self.scope():
+            variable = tf.Variable(factor, trainable=False, dtype=tf.float32, name="kscale_rate_factor")
+        optimizer.kscale_rate_factor = variable
+        return variable
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         if learning_rate is None:

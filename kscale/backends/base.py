@@ -118,6 +118,10 @@ class Backend(abc.ABC):
     def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
         """`rate` × `factor`, ramped up from `rate` when `warmup` (the steps are set when fit starts)."""
 
+    def unscaled_learning_rate(self, rate: Any) -> Any:
+        """The user's rate inside one kscale scaled (a model saved by a kscale job, loaded again)."""
+        return rate
+
     @abc.abstractmethod
     def describe_learning_rate(self, rate: Any) -> float | str:
         """A short form for the printed plan."""
@@ -131,6 +135,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         """The optimizer compile() gets: the user's (with the new rate) and whatever this backend wraps it in."""
+
+    def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
+        """Give the model's newly compiled optimizer the state (steps, slots) of the one it replaced."""
+
+    def rate_factor_variable(self, optimizer: Any, factor: float) -> Any:
+        """A variable on the compiled optimizer holding the factor its rate is scaled by, saved with it in
+        checkpoints of the optimizer's variables: a restore then rescales the rate for this world size.
+        None where this backend has none (the rate is then restored as saved)."""
+        return None
 
     def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
         """Set the warmup length on a rate from scaled_learning_rate(); False if it has no warmup."""

@@ -85,7 +85,7 @@ def test_unknown_option_name_lists_the_valid_ones():
     ("option", "value", "valid"),
     [
         ("lr_scaling", "cubic", "'linear', 'sqrt', 'none'"),
-        ("data_policy", "random", "'shard', 'divide_epochs', 'none'"),
+        ("data_policy", "random", "'shard', 'every_sample', 'divide_epochs', 'none'"),
         ("batch_semantics", "total", "'per_replica', 'global'"),
     ],
 )
