@@ -18,7 +18,7 @@ import functools
 import inspect
 import numbers
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kscale import _keras_private, backends, frameworks, log
@@ -164,8 +164,21 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
 def _fit(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' fit, with `batch_size` per replica, this worker's part of the data and epochs/steps scaled."""
     state = _state(self)
+    arguments = _arguments(self, "fit", args, kwargs)
+    fit = functools.partial(_fit_in_this_world, self, arguments)
+    return state.backend.run_fit(self, fit, state.backend_options, arguments.get("initial_epoch", 0))
+
+
+def _fit_in_this_world(
+    self: Any, arguments: dict, initial_epoch: int | None = None, callbacks: Sequence[Any] = ()
+) -> Any:
+    """Plan fit for the world as it is now (its size can change under elastic Horovod) and run it once."""
+    state = _state(self)
     backend, opts = state.backend, state.options
-    a = _arguments(self, "fit", args, kwargs)
+    a = dict(arguments)
+    if initial_epoch is not None:
+        a["initial_epoch"] = initial_epoch
+    _replan_world(self)
     x, y, sample_weight = a.get("x"), a.get("y"), a.get("sample_weight")
     epochs, user_steps = a.get("epochs", 1), a.get("steps_per_epoch")
     per_replica = _per_replica_batch(state, a.get("batch_size"))
@@ -212,8 +225,31 @@ def _fit(self, *args: Any, **kwargs: Any) -> Any:
     rescale = backend.keras_module().callbacks.LambdaCallback(
         on_train_begin=lambda logs: _rescale_restored_rate(self, feed.epoch_steps)
     )
-    a["callbacks"] = [*backend.callbacks(list(a.get("callbacks") or [])), rescale]
+    a["callbacks"] = [*backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale]
     return _keras(self, "fit")(**a)
+
+
+def _replan_world(model: Any) -> None:
+    """The world's size as it is now, and the rate factor for it (applied when training begins)."""
+    state = _state(model)
+    backend = state.backend
+    if (backend.num_workers, backend.num_replicas) == (state.plan.num_workers, state.plan.num_replicas):
+        return
+    state.rate_factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
+    rate = backend.learning_rate_of(model.optimizer)
+    if isinstance(rate, float) and state.rate_factor_variable is not None:
+        saved = float(state.rate_factor_variable.numpy())
+        rate = rate * state.rate_factor / saved
+    _set_plan(
+        model,
+        dataclasses.replace(
+            state.plan,
+            num_workers=backend.num_workers,
+            num_replicas=backend.num_replicas,
+            learning_rate_after=backend.describe_learning_rate(rate),
+        ),
+    )
+    state.plan_printed = False  # a new world: say what it does
 
 
 def _evaluate(self, *args: Any, **kwargs: Any) -> Any:

@@ -62,6 +62,9 @@ class Environment:
     keras_home: str | None = None
     #: KERAS_DISTRIBUTION_JOB_ADDRESSES: the coordinator (first address) of a keras.distribution job.
     coordinator: str | None = None
+    #: HOROVOD_ELASTIC: started by an elastic horovodrun (--min-np/--max-np): workers may come and go, and
+    #: rank and size change (ask Horovod for them; the launcher's HOROVOD_RANK/SIZE are the first ones).
+    elastic: bool = False
 
     @property
     def is_chief(self) -> bool:
@@ -332,6 +335,7 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
         found,
         backend_override=override,
         legacy_keras=_flag(env, "TF_USE_LEGACY_KERAS"),
+        elastic=bool(_flag(env, "HOROVOD_ELASTIC")),
         keras_backend=env.get("KERAS_BACKEND") or None,
         keras_home=env.get("KERAS_HOME") or None,
     )

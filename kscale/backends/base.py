@@ -190,6 +190,13 @@ class Backend(abc.ABC):
         """
         return values
 
+    def run_fit(self, model: Any, fit: Callable[..., Any], options: Any, initial_epoch: int = 0) -> Any:
+        """Run Keras' fit: `fit(initial_epoch=None, callbacks=())` plans this world and calls it once.
+
+        Backends whose world can change while training (elastic Horovod) call it again after a change.
+        """
+        return fit()
+
     # -- files ------------------------------------------------------------------------------------------------
     def save(
         self, filepath: Any, write: Callable[[Any], None], may_be_folder: bool = True, replace: bool = True

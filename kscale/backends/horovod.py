@@ -13,7 +13,7 @@ from kscale.backends._tf_keras import TFKerasBackend
 from kscale.backends.base import log_value
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
-from kscale.errors import DataError, OptionError
+from kscale.errors import BackendError, DataError, OptionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +27,10 @@ class HorovodOptions:
     #: predict(): each worker computes its 1/N of x, and the parts are gathered in order, so every worker
     #: returns the predictions for all of x with each sample computed once (not N times).
     split_predict: bool = False
+    #: Elastic mode (horovodrun --min-np/--max-np): also commit the training state every this many batches
+    #: (None: at the end of each epoch only). A commit is where workers joining or leaving are noticed, and
+    #: what training goes back to when a worker dies.
+    elastic_commit_batches: int | None = None
 
     def __post_init__(self) -> None:
         if self.compression == "none":
@@ -38,6 +42,11 @@ class HorovodOptions:
             raise OptionError(
                 f"backward_passes_per_step={passes!r} must be an integer >= 1 (the number of batches whose "
                 "gradients are accumulated before one allreduce)."
+            )
+        commit = self.elastic_commit_batches
+        if commit is not None and (not isinstance(commit, int) or isinstance(commit, bool) or commit < 1):
+            raise OptionError(
+                f"elastic_commit_batches={commit!r} must be None (commit at epoch ends) or an integer >= 1."
             )
         if not isinstance(self.split_predict, bool):
             raise OptionError(f"split_predict={self.split_predict!r} must be True or False.")
@@ -76,8 +85,11 @@ class HorovodBackend(TFKerasBackend):
         return self.hvd.rank()
 
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
-        # Same weights everywhere from this moment on, also for evaluate()/predict() without fit().
-        _optional.horovod_tensorflow().broadcast_variables(model.variables, root_rank=0)
+        # Same weights everywhere from this moment on, also for evaluate()/predict() without fit(). Not
+        # under elastic Horovod: a worker that joins later would wait here while the others are inside
+        # fit, in Horovod's elastic loop, whose own sync gives it the weights.
+        if not self.env.elastic:
+            _optional.horovod_tensorflow().broadcast_variables(model.variables, root_rank=0)
         return model
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: HorovodOptions) -> Any:
@@ -94,6 +106,37 @@ class HorovodBackend(TFKerasBackend):
         # module, which was horovod._keras. Give the class the original's module to finish that intent.
         type(distributed).__module__ = type(inner).__module__
         return distributed
+
+    def run_fit(
+        self, model: tf.keras.Model, fit: Any, options: HorovodOptions, initial_epoch: int = 0
+    ) -> Any:
+        """Under an elastic horovodrun, Horovod's elastic loop around fit: when workers join or leave (or die),
+        every worker goes back to the last commit, Horovod re-forms the ring, and fit runs again from the
+        committed epoch, planned anew for the new world (rate, shard, steps; the plan is printed again)."""
+        if not self.env.elastic:
+            return fit()
+        elastic = self.hvd.elastic
+        # Horovod syncs and restores optimizer.variables(): the slots must exist on every worker before the
+        # first sync, or a worker that joins later sends fewer variables than the others and all hang.
+        model.optimizer.build(model.trainable_variables)
+        state = elastic.KerasState(model, batch=0, epoch=initial_epoch)
+
+        @elastic.run
+        def train(state):
+            callbacks = [_CommittedEpochs(state)]  # before the commit: the epoch is done when committed
+            if options.elastic_commit_batches:
+                callbacks.append(elastic.CommitStateCallback(state, options.elastic_commit_batches))
+            else:
+                callbacks.append(_CommitAtEpochEnd(state))
+            return fit(initial_epoch=state.epoch, callbacks=callbacks)
+
+        history = train(state)
+        if history is None:  # Horovod's elastic.run returns None for a TensorFlow error it does not know
+            raise BackendError(
+                "training under elastic Horovod stopped on an error Horovod's elastic loop swallowed (it "
+                "re-raises only errors of its own collectives); run the job without --min-np/--max-np to see it."
+            )
+        return history
 
     def own_callbacks(self) -> list:
         # kscale's own metric averaging: Horovod's MetricAverageCallback imports `keras` directly, which
@@ -177,3 +220,27 @@ class HorovodBackend(TFKerasBackend):
         """Wait until every rank gets here (Horovod 0.28's TensorFlow API has no barrier)."""
         hvd_tf = _optional.horovod_tensorflow()
         hvd_tf.allreduce(tf.constant(0.0), op=hvd_tf.Sum, name="kscale.barrier")
+
+
+class _CommittedEpochs(tf.keras.callbacks.Callback):
+    """Count finished epochs in Horovod's elastic state (Keras numbers epochs from initial_epoch already;
+    Horovod's UpdateEpochStateCallback would add initial_epoch again)."""
+
+    def __init__(self, state: Any):
+        super().__init__()
+        self._state = state
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._state.epoch = epoch + 1
+
+
+class _CommitAtEpochEnd(tf.keras.callbacks.Callback):
+    """Commit the elastic state after each epoch, with no per-batch hook (Horovod's CommitStateCallback
+    has one even when it commits per epoch only)."""
+
+    def __init__(self, state: Any):
+        super().__init__()
+        self._state = state
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._state.commit()

@@ -28,6 +28,8 @@ import importlib.util
 import os
 import re
 import shutil
+import socket
+import subprocess
 import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,6 +39,7 @@ from typing import Any
 from kscale import frameworks
 from kscale.cli import checks as checks_mod
 from kscale.cli import engines, pernode, workers
+from kscale.cli import facts as facts_mod
 from kscale.cli.facts import HOROVOD_INSTALL, BuildInfo, Intent, gather, probe_build
 from kscale.cli.hosts import Host, format_hosts, parse_host_list, parse_hostfile, total_slots
 from kscale.errors import KScaleError, LaunchError, MissingDependencyError
@@ -287,6 +290,45 @@ def launch_horovodrun(args: argparse.Namespace, build: BuildInfo | None = None) 
     return 0
 
 
+def _elastic(args: argparse.Namespace) -> bool:
+    """An elastic horovodrun (workers may come and go): what Horovod's own launcher checks."""
+    return args.host_discovery_script is not None or args.min_num_proc is not None
+
+
+def _elastic_hosts(args: argparse.Namespace, hosts: list[Host]) -> list[Host]:
+    """The hosts an elastic job starts on: what its discovery script prints now, else the host list."""
+    if args.host_discovery_script is None:
+        return hosts
+    try:
+        printed = subprocess.run(
+            [args.host_discovery_script], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise LaunchError(
+            f"the host discovery script {args.host_discovery_script} failed ({err}); it must be an executable "
+            "that prints one host:slots line per available host."
+        ) from err
+    return parse_host_list(",".join(line.strip() for line in printed.splitlines() if line.strip()))
+
+
+def _all_local(hosts: list[Host]) -> bool:
+    names = {socket.gethostname(), "localhost"}
+    try:
+        return all(h.name in names or facts_mod.is_loopback(socket.gethostbyname(h.name)) for h in hosts)
+    except OSError:
+        return False
+
+
+def _loopback_interfaces() -> list[str]:
+    """An elastic job on this machine alone: Horovod looks for a network interface that two hosts share,
+    waits for a second host and then fails; the loopback interface is the one to use."""
+    return [
+        name
+        for name, addresses in facts_mod.local_interfaces().items()
+        if any(facts_mod.is_loopback(a) for a in addresses)
+    ][:1]
+
+
 def node_spec(args: argparse.Namespace, env: Mapping[str, str]) -> pernode.NodeSpec | None:
     """The per-node launch asked for (or implied by srun), or None for a horovodrun-style launch."""
     per_node = any(v is not None for v in (args.nnodes, args.node_rank, args.master, args.nproc_per_node))
@@ -429,6 +471,8 @@ def run_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int
             hosts, build = preflight(hvd, build)
         # Horovod gets a clean host:slots list (its hostfile parser fails on comments and blank lines).
         hvd.hosts, hvd.hostfile = format_hosts(hosts), None
+        if _elastic(hvd) and not hvd.nics and _all_local(_elastic_hosts(hvd, hosts)):
+            hvd.nics = _loopback_interfaces()
         return launch_horovodrun(hvd, build)
     except KScaleError as err:  # LaunchError, MissingDependencyError: the message says the fix
         print(f"kscale run: error: {err}", file=sys.stderr)

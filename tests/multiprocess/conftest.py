@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,19 @@ def run_python():
         return _check(done, "python") if check else done
 
     return launch
+
+
+@pytest.fixture(scope="session")
+def start_job():
+    """Start `kscale <args>` in the background (the repo importable, no launcher variables of ours)."""
+
+    def start(args: list[str], output: Any, **extra_env: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [str(BIN / "kscale"), *args],
+            env=_worker_env(**extra_env),
+            cwd=REPO,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+
+    return start
