@@ -14,6 +14,13 @@ control channel on the same rendezvous server (scope `kscale`, JSON values): eve
 node 0 publishes the plan, every node reports its state with a heartbeat counter, node 0 publishes the
 verdict. So when any worker dies, every node kills its workers and exits non-zero within a few poll
 intervals, and a node that vanishes (or a node 0 that vanishes) is noticed after `heartbeat_timeout`.
+
+Why a heartbeat of our own, where horovodrun leans on Horovod and Gloo: Gloo's timeout
+(HOROVOD_GLOO_TIMEOUT_SECONDS) ends only a worker blocked in a collective with the dead one, and only
+after the timeout; a worker between collectives (loading data, saving a checkpoint, or not started) waits
+on. Nothing in Horovod tells one node's launcher that a worker on another node died: horovodrun learns it
+through the SSH sessions it owns, which a per-node launch does not have. The channel replaces exactly
+that, on Horovod's own rendezvous server; benchmarks/kill_trials.py --mode pernode measures it.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
+from kscale.cli.exits import describe_status
 from kscale.cli.facts import local_interfaces, resolve_ipv4, source_address_for
 from kscale.cli.hosts import expand_slurm_nodelist
 from kscale.errors import LaunchError
@@ -402,6 +410,7 @@ class NodeAgent:
                     "rank": first.rank,
                     "code": first.exit_code,
                     "at": first.finished_at,
+                    "host": socket.gethostname(),
                 }
             if all(w.exit_code == 0 for w in self.workers):
                 return {"state": "done"}
@@ -439,7 +448,8 @@ class NodeAgent:
                         "rank": status["rank"],
                         "at": status.get("at") or time.time(),
                         "reason": status.get("reason")
-                        or f"rank {status['rank']} on node {rank} exited with status {status['code']}",
+                        or f"rank {status['rank']} on {status.get('host', 'its host')} (node {rank}) "
+                        + describe_status(status["code"]),
                     }
                 )
             states.append(status["state"])

@@ -38,7 +38,7 @@ from typing import Any
 
 from kscale import frameworks
 from kscale.cli import checks as checks_mod
-from kscale.cli import engines, pernode, workers
+from kscale.cli import engines, exits, pernode, workers
 from kscale.cli import facts as facts_mod
 from kscale.cli.facts import HOROVOD_INSTALL, BuildInfo, Intent, gather, probe_build
 from kscale.cli.hosts import Host, format_hosts, parse_host_list, parse_hostfile, total_slots
@@ -286,8 +286,32 @@ def launch_horovodrun(args: argparse.Namespace, build: BuildInfo | None = None) 
         if "ssh" in message:
             print("kscale run: `kscale doctor -H HOSTS` checks ssh, names and interfaces.", file=sys.stderr)
         match = re.search(r"Exit code: (\d+)", message)
-        return int(match.group(1)) if match and 0 < int(match.group(1)) < 256 else 1
+        code = int(match.group(1)) if match and 0 < int(match.group(1)) < 256 else 1
+        process = re.search(r"Process name: (\S+)", message)
+        if match and process:
+            who = _who_failed(args, process.group(1))
+            print(f"kscale run: {who} {exits.describe_status(code)}", file=sys.stderr)
+        return code
     return 0
+
+
+def _who_failed(args: argparse.Namespace, process: str) -> str:
+    """'rank 1 on hostb' for horovodrun's 'Process name: 1' (its ranks fill the hosts in order); 'local rank
+    1 on hostb' for the elastic driver's 'hostb[1]' (ranks move between hosts there)."""
+    elastic = re.fullmatch(r"(.+)\[(\d+)\]", process)
+    if elastic:
+        host, local = elastic.groups()
+        return f"local rank {local} on {socket.gethostname() if host == 'localhost' else host}"
+    if not process.isdigit():
+        return f"worker {process}"
+    try:
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+
+        slots = get_host_assignments(parse_hosts(args.hosts), args.num_proc)
+        host = next(slot.hostname for slot in slots if slot.rank == int(process))
+    except Exception:  # elastic jobs move ranks between hosts: say what is known
+        return f"rank {process}"
+    return f"rank {process} on {socket.gethostname() if host == 'localhost' else host}"
 
 
 def _elastic(args: argparse.Namespace) -> bool:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from kscale.cli.exits import describe_exit
 from kscale.cli.pernode import start_process, stop_processes
 
 POLL_S = 0.1
@@ -28,17 +29,6 @@ class Worker:
     rank: int
     process: Any
     code: int | None = None
-
-
-def describe_exit(code: int) -> str:
-    """'exited with status 3' or 'was killed by SIGKILL' (from a Popen returncode)."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with status {code}"
 
 
 def _forward(source: IO[bytes], target: Any, rank: int, stream: str) -> None:

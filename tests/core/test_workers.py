@@ -43,3 +43,11 @@ def test_a_killed_worker_reports_its_signal():
 def test_free_ports_are_distinct():
     ports = workers.free_ports(4)
     assert len(set(ports)) == 4 and all(p > 0 for p in ports)
+
+
+def test_exit_statuses_read_as_launchers_mean_them():
+    from kscale.cli.exits import describe_exit, describe_status
+
+    assert describe_exit(-9) == "was killed by SIGKILL"
+    assert describe_status(137) == "was killed by SIGKILL (exit status 137)"  # horovodrun's 128 + 9
+    assert describe_status(3) == "exited with status 3"
