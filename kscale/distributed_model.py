@@ -54,8 +54,9 @@ def distribute(model: Any, **options: Any) -> Any:
 
     Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker' | 'jax'), devices,
     lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'every_sample' |
-    'divide_epochs' | 'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's own (horovod:
-    compression, backward_passes_per_step; Keras 3 backends: gradient_accumulation_steps).
+    'divide_epochs' | 'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's
+    own (horovod: compression, backward_passes_per_step, split_predict, elastic_commit_batches; Keras 3
+    backends: gradient_accumulation_steps).
 
     Returns the model to train: `model` itself, or a copy built where the backend needs the variables
     (a tf.distribute strategy's scope; a keras.distribution for a model built before it), in which case

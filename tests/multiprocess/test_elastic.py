@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 WORKER = "tests/multiprocess/workers/elastic.py"
-EPOCHS, LR, SAMPLES, BATCH = 40, 0.01, 96, 4
+EPOCHS, LR, SAMPLES, BATCH = 60, 0.01, 96, 4
 
 pytestmark = pytest.mark.multiprocess
 

@@ -78,7 +78,7 @@ def test_unknown_option_name_lists_the_valid_ones():
     assert "unknown option(s) 'learning_rate'" in message
     for option in ("lr_scaling", "data_policy", "batch_semantics", "warmup_epochs", "backend"):
         assert option in message
-    assert "horovod: backward_passes_per_step, compression" in message
+    assert "horovod: backward_passes_per_step, compression, elastic_commit_batches, split_predict" in message
 
 
 @pytest.mark.parametrize(
@@ -118,6 +118,8 @@ def test_unknown_backend_name():
     [
         ("compression", "zstd", "compression='zstd'"),
         ("backward_passes_per_step", 0, "backward_passes_per_step=0"),
+        ("split_predict", "yes", "split_predict='yes'"),
+        ("elastic_commit_batches", 0, "elastic_commit_batches=0"),
     ],
 )
 def test_horovod_options_are_checked_in_single_process_mode_too(option, value, named):
