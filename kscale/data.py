@@ -57,6 +57,56 @@ def shard_dataset(dataset: tf.data.Dataset, shard: Shard, what: str = "training 
     return dataset.shard(shard.count, shard.index)
 
 
+# Datasets that read files: TensorFlow's file readers, and the reader inside TFRecordDataset(list).
+_FILE_READERS = frozenset(
+    {
+        "TFRecordDataset",
+        "TFRecordDatasetV2",
+        "TextLineDataset",
+        "FixedLengthRecordDataset",
+        "FixedLengthRecordDatasetV2",
+    }
+)
+
+
+def files_read(dataset: tf.data.Dataset) -> int | None:
+    """How many files `dataset` reads, when it reads a list of files known when it was built (what
+    tf.data's FILE auto-shard splits among workers); None for any other dataset, or when TensorFlow
+    cannot show its graph (stateful functions)."""
+    try:
+        serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset))
+    except (tf.errors.OpError, ValueError, TypeError):
+        return None
+    graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
+    ops = {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    if not ops & _FILE_READERS:
+        return None
+    nodes = {node.name: node for node in graph.node}
+    counts = []
+    for node in graph.node:  # the list of file names: a constant sliced into a dataset
+        source = nodes.get(node.input[0].split(":")[0]) if node.op == "TensorSliceDataset" else None
+        value = source.attr["value"].tensor if source is not None and source.op == "Const" else None
+        if value is not None and value.dtype == tf.string.as_datatype_enum and value.tensor_shape.dim:
+            counts.append(value.tensor_shape.dim[0].size)
+    return min(counts) if counts else None
+
+
+def shard_by_file(dataset: tf.data.Dataset, shard: Shard) -> tf.data.Dataset:
+    """This worker's files only: TensorFlow's own rewrite (AutoShardPolicy.FILE, as tf.distribute applies
+    it) puts the shard on the list of files, so a worker reads and decodes 1/N of them, not all."""
+    flat = tf.nest.flatten(dataset.element_spec)
+    variant = tf.raw_ops.AutoShardDataset(
+        input_dataset=tf.data.experimental.to_variant(dataset),
+        num_workers=shard.count,
+        index=shard.index,
+        auto_shard_policy=int(tf.data.experimental.AutoShardPolicy.FILE),
+        num_replicas=shard.count,
+        output_types=[spec.dtype for spec in flat],
+        output_shapes=[spec.shape for spec in flat],
+    )
+    return tf.data.experimental.from_variant(variant, dataset.element_spec)
+
+
 class EverySampleSequence(EverySampleBatches, tf.keras.utils.Sequence):
     """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
 
@@ -121,6 +171,24 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
         no_separate_targets(y, sample_weight, "a tf.data.Dataset")
         batches = dataset_batches(x)
         notes = []
+        # Of unknown or infinite length (file readers are; repeat() is), there is no equal cut to keep:
+        # each worker reads its own files where it can (steps_per_epoch keeps the workers in step).
+        endless = batches is None or batches < 0
+        files = files_read(x) if shard.count > 1 and endless else None
+        dense = all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(x.element_spec))
+        if files is not None and files >= shard.count and dense:
+            notes.append(
+                f"input sharded by file: this worker reads {part_length(files, replace(shard, even=False))} "
+                f"of the {files} files (tf.data's AutoShardPolicy.FILE)"
+            )
+            return WorkerPart("dataset", shard_by_file(x, shard), notes=notes)
+        if shard.count > 1 and endless:
+            reason = (
+                f"only {files} file(s) for {shard.count} workers" if files else "it reads no list of files"
+            )
+            notes.append(
+                f"input sharded by batch ({reason}): every worker reads all of it, keeps 1/{shard.count}"
+            )
         if batches and batches > 0 and batches % shard.count and shard.even:
             notes.append(
                 f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"

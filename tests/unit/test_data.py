@@ -229,3 +229,71 @@ def test_pad_with_empty_batches_adds_batches_of_zero_samples_with_the_same_struc
     assert [len(x) for x, _ in padded] == [2, 2, 1, 0, 0]
     assert padded[-1][0].shape == (0, 3) and padded[-1][1].shape == (0,)
     assert [len(x) for x, _ in pad_with_empty_batches(dataset, 2)] == [2, 2]
+
+
+# -- file-level sharding --------------------------------------------------------------------------------------
+def _tfrecords(folder, files: int = 8, records: int = 25) -> list[str]:
+    paths = []
+    for i in range(files):
+        path = str(folder / f"part-{i}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for j in range(records):
+                writer.write(tf.io.serialize_tensor(tf.constant([i * 100 + j], tf.int64)).numpy())
+        paths.append(path)
+    return paths
+
+
+def _counted_pipeline(paths: list[str], reads: tf.Variable) -> tf.data.Dataset:
+    """A typical input pipeline (list the files, interleave the readers, decode, batch) that counts every
+    record it decodes."""
+
+    def decode(record):
+        reads.assign_add(1)
+        return tf.io.parse_tensor(record, tf.int64)
+
+    files = tf.data.Dataset.from_tensor_slices(paths)
+    return files.interleave(tf.data.TFRecordDataset, cycle_length=2).map(decode).batch(10)
+
+
+def _read_by_worker(dataset_for, workers: int) -> tuple[list[int], list[set[int]]]:
+    from kscale.data import worker_part
+    from kscale.sharding import FeedRequest
+
+    reads, samples = [], []
+    for index in range(workers):
+        counter = tf.Variable(0, dtype=tf.int64)
+        request = FeedRequest(10, False, 5, "training data", "shard", Shard(index, workers))
+        part = worker_part(dataset_for(counter), None, None, request)
+        samples.append({int(v) for batch in part.x for v in batch.numpy().ravel()})
+        reads.append(int(counter.numpy()))
+    return reads, samples
+
+
+def test_a_dataset_that_reads_files_is_sharded_by_file_each_worker_reading_its_share(tmp_path):
+    paths = _tfrecords(tmp_path)
+    reads, samples = _read_by_worker(lambda counter: _counted_pipeline(paths, counter), 2)
+    assert reads == [100, 100]  # records decoded per worker: 1/2 of the 200, not all of them
+    assert samples[0].isdisjoint(samples[1]) and len(samples[0] | samples[1]) == 200
+    # Batch-level sharding, for comparison: every worker decodes all 200 records to keep half the batches.
+    counter = tf.Variable(0, dtype=tf.int64)
+    kept = sum(len(batch) for batch in _counted_pipeline(paths, counter).shard(2, 0))
+    assert (int(counter.numpy()), kept) == (200, 100)
+
+
+def test_file_sharding_is_named_in_the_plan_and_falls_back_to_batches_with_too_few_files(tmp_path):
+    from kscale.data import files_read, worker_part
+    from kscale.sharding import FeedRequest
+
+    paths = _tfrecords(tmp_path, files=3)
+    request = FeedRequest(10, False, 5, "training data", "shard", Shard(0, 2))
+    counter = tf.Variable(0, dtype=tf.int64)
+    part = worker_part(_counted_pipeline(paths, counter), None, None, request)
+    assert part.notes == [
+        "input sharded by file: this worker reads 2 of the 3 files (tf.data's AutoShardPolicy.FILE)"
+    ]
+    one_file = tf.data.TFRecordDataset(paths[:1]).batch(5)
+    assert files_read(one_file) == 1
+    part = worker_part(one_file, None, None, request)
+    assert "input sharded by batch (only 1 file(s) for 2 workers)" in part.notes[0]
+    assert len(list(part.x)) == 3  # batches 0, 2, 4 of 5
+    assert files_read(tf.data.Dataset.range(10).batch(2)) is None
