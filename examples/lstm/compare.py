@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train.py")
@@ -73,18 +74,41 @@ def main(argv=None) -> list[dict]:
         f"LSTM, {args.samples} samples, {args.epochs} epochs as for one worker, data policy {args.data_policy}"
     )
     print(
-        f"{'setting':34} {'epochs/worker':>13} {'wall s':>8} {'samples/s':>10} {'final loss':>11} {'speed-up':>9}"
+        f"{'setting':34} {'epochs/worker':>13} {'wall s':>8} {'samples/s':>10} {'per replica':>12} "
+        f"{'final loss':>11} {'speed-up':>9} {'efficiency':>11}"
     )
     for r in rows:
         speedup = r["samples_per_s"] / base["samples_per_s"]
+        r["speedup"], r["efficiency"] = speedup, speedup / r["replicas"]
         print(
             f"{r['setting']:34} {r['epochs_run']:>13} {r['wall_s']:>8.1f} {r['samples_per_s']:>10.0f} "
-            f"{r['final_loss']:>11.4f} {speedup:>8.2f}x"
+            f"{r['samples_per_s'] / r['replicas']:>12.0f} {r['final_loss']:>11.4f} {speedup:>8.2f}x "
+            f"{r['efficiency']:>10.0%}"
         )
+    print(_explain(cores, max(r["replicas"] for r in rows)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     return rows
+
+
+def _explain(cores: int, replicas: int) -> str:
+    """What the table can and cannot show on this machine."""
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    lines = [
+        "",
+        "speed-up: samples/s against 1 worker; efficiency: speed-up / replicas (100% = perfect scaling);",
+        "per replica: samples/s of one replica.",
+    ]
+    if replicas > 1 and cores < 2 * replicas and not gpus:
+        lines += textwrap.wrap(
+            f"This machine has {cores} CPU core(s) and no GPU: the {replicas} replicas share those cores, so "
+            "the table measures what distribution costs (synchronising gradients every step, N processes "
+            "or threads on the same cores), not the speed-up N devices give. On a machine with N GPUs the "
+            "same command trains each replica on its own GPU.",
+            width=100,
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
