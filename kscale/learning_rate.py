@@ -53,6 +53,19 @@ def scaled(base: LearningRate, factor: float, warmup: bool) -> LearningRate:
     return ScaledLearningRate(base, factor)
 
 
+def unscaled(lr: LearningRate) -> LearningRate:
+    """The user's rate inside one kscale scaled (a model saved by a kscale job, loaded again)."""
+    return lr.base if isinstance(lr, ScaledLearningRate) else lr
+
+
+def set_warmup_steps(lr: LearningRate, steps: int) -> bool:
+    """Set the warmup length on a rate from scaled(); False if it has none."""
+    if not isinstance(lr, ScaledLearningRate):
+        return False
+    lr.warmup_steps.assign(steps)
+    return True
+
+
 def describe(lr: LearningRate) -> float | str:
     if isinstance(lr, ScaledLearningRate):
         return f"{describe(lr.base)} x {lr.factor:g}"

@@ -40,6 +40,7 @@ class Keras3Backend(Backend):
     """A backend that trains Keras 3 models; alone, one process with Keras' own device placement."""
 
     keras_generation = 3
+    learning_rates = lr_lib
     Options = Keras3Options
 
     @staticmethod
@@ -114,21 +115,6 @@ class Keras3Backend(Backend):
                 "keras.optimizers.schedules.LearningRateSchedule, or lr_scaling='none'."
             )
         return float(keras.ops.convert_to_numpy(rate))
-
-    def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
-        return lr_lib.scaled(rate, factor, warmup)
-
-    def unscaled_learning_rate(self, rate: Any) -> Any:
-        return rate.base if isinstance(rate, lr_lib.ScaledLearningRate) else rate
-
-    def describe_learning_rate(self, rate: Any) -> float | str:
-        return lr_lib.describe(rate)
-
-    def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
-        if not isinstance(learning_rate, lr_lib.ScaledLearningRate):
-            return False
-        learning_rate.warmup_steps = steps
-        return True
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
         if learning_rate is None and options.gradient_accumulation_steps == 1:

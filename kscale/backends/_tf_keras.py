@@ -20,6 +20,7 @@ class TFKerasBackend(Backend):
     """A backend that trains tf.keras models; alone, one process per replica."""
 
     keras_generation = 2
+    learning_rates = lr_lib
     # Keras 2 evaluates one process's data alone, and under a tf.distribute strategy hands empty batches to
     # replicas that have run out until every worker has (partial-batch handling).
     uneven_evaluation = True
@@ -37,21 +38,6 @@ class TFKerasBackend(Backend):
 
     def learning_rate_of(self, optimizer: Any) -> Any:
         return model_rebuild.learning_rate_of(optimizer)
-
-    def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
-        return lr_lib.scaled(rate, factor, warmup)
-
-    def unscaled_learning_rate(self, rate: Any) -> Any:
-        return rate.base if isinstance(rate, lr_lib.ScaledLearningRate) else rate
-
-    def describe_learning_rate(self, rate: Any) -> float | str:
-        return lr_lib.describe(rate)
-
-    def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
-        if not isinstance(learning_rate, lr_lib.ScaledLearningRate):
-            return False
-        learning_rate.warmup_steps.assign(steps)
-        return True
 
     def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
         model_rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, self.scope())

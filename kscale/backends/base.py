@@ -35,6 +35,9 @@ class Backend(abc.ABC):
     create_at_import: ClassVar[bool] = False
     #: Saving involves every worker (a collective inside), so all save and the others' copies are scratch.
     saves_are_collective: ClassVar[bool] = False
+    #: The module of this Keras family's scaled learning rate (kscale.learning_rate or _keras3): its
+    #: scaled(), unscaled(), describe() and set_warmup_steps() serve every backend of the family.
+    learning_rates: ClassVar[Any]
     #: Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing is
     #: dropped, and `reduce_results` combines the workers' metric states once at the end.
     uneven_evaluation: ClassVar[bool] = False
@@ -114,17 +117,17 @@ class Backend(abc.ABC):
     def learning_rate_of(self, optimizer: Any) -> Any:
         """The optimizer's learning rate as the user gave it: a float or a schedule."""
 
-    @abc.abstractmethod
     def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
         """`rate` × `factor`, ramped up from `rate` when `warmup` (the steps are set when fit starts)."""
+        return self.learning_rates.scaled(rate, factor, warmup)
 
     def unscaled_learning_rate(self, rate: Any) -> Any:
         """The user's rate inside one kscale scaled (a model saved by a kscale job, loaded again)."""
-        return rate
+        return self.learning_rates.unscaled(rate)
 
-    @abc.abstractmethod
     def describe_learning_rate(self, rate: Any) -> float | str:
         """A short form for the printed plan."""
+        return self.learning_rates.describe(rate)
 
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
@@ -147,7 +150,7 @@ class Backend(abc.ABC):
 
     def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
         """Set the warmup length on a rate from scaled_learning_rate(); False if it has no warmup."""
-        return False
+        return self.learning_rates.set_warmup_steps(learning_rate, steps)
 
     # -- data -------------------------------------------------------------------------------------------------
     @abc.abstractmethod
