@@ -237,10 +237,9 @@ def _replan_world(model: Any) -> None:
     if (backend.num_workers, backend.num_replicas) == (state.plan.num_workers, state.plan.num_replicas):
         return
     state.rate_factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
-    rate = backend.learning_rate_of(model.optimizer)
-    if isinstance(rate, float) and state.rate_factor_variable is not None:
-        saved = float(state.rate_factor_variable.numpy())
-        rate = rate * state.rate_factor / saved
+    rate = _rate_for_this_world(model)
+    if rate is None:
+        rate = backend.learning_rate_of(model.optimizer)
     _set_plan(
         model,
         dataclasses.replace(
@@ -377,14 +376,26 @@ def _rescale_restored_rate(model: Any, epoch_steps: int | None) -> None:
     saved it, by the factor saved beside it; scale it for this world instead (a rate that callbacks such
     as ReduceLROnPlateau lowered stays lowered). Warmup steps follow this world's steps per epoch."""
     state = _state(model)
-    variable = state.rate_factor_variable
-    if variable is not None:
-        saved = float(variable.numpy())
-        rate = state.backend.learning_rate_of(model.optimizer)
-        if saved != state.rate_factor and saved > 0 and isinstance(rate, float):
-            model.optimizer.learning_rate = rate * state.rate_factor / saved
-        variable.assign(state.rate_factor)
+    rate = _rate_for_this_world(model)
+    if rate is not None:
+        model.optimizer.learning_rate = rate
+    if state.rate_factor_variable is not None:
+        state.rate_factor_variable.assign(state.rate_factor)
     _set_warmup(state, epoch_steps)
+
+
+def _rate_for_this_world(model: Any) -> float | None:
+    """The optimizer's float rate rescaled from the factor saved beside it to this world's; None when
+    there is nothing to rescale (a schedule, no factor variable, or the factors agree)."""
+    state = _state(model)
+    variable = state.rate_factor_variable
+    if variable is None:
+        return None
+    saved = float(variable.numpy())
+    rate = state.backend.learning_rate_of(model.optimizer)
+    if saved == state.rate_factor or saved <= 0 or not isinstance(rate, float):
+        return None
+    return rate * state.rate_factor / saved
 
 
 def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
