@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kscale import environment
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = """
@@ -44,9 +46,7 @@ def _seconds(with_kscale: bool) -> float:
         import_kscale="import kscale" if with_kscale else "",
         distribute="model = kscale.distribute(model, print_plan=False)" if with_kscale else "",
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "TF_CONFIG", "OMPI_", "PMI_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
     env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=f"{REPO}:{env.get('PYTHONPATH', '')}")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     line = next(line for line in done.stdout.splitlines() if line.startswith("FIRST_STEP"))

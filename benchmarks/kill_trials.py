@@ -22,12 +22,14 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from kscale import environment
+from kscale.cli.workers import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "benchmarks" / "workers" / "killable.py"
@@ -36,21 +38,13 @@ STEPS_PER_EPOCH = 8  # killable.py: 256 samples, batch 16 per worker, 2 workers
 
 
 def _env(limit: float) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "TF_CONFIG"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
     env.update(
         PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=f"{REPO}:{env.get('PYTHONPATH', '')}"
     )
     # A worker stuck in a Gloo collective with a dead peer gives up after this long (Horovod's own timeout).
     env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(int(limit / 2))
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _commands(mode: str, workdir: Path, kill_rank: int, kill_step: int) -> list[list[str]]:
@@ -61,7 +55,7 @@ def _commands(mode: str, workdir: Path, kill_rank: int, kill_step: int) -> list[
     if mode == "tf":
         return [[kscale, "run", "--engine", "tf", "-np", "2", *job]]
     if mode == "pernode":
-        master = f"127.0.0.1:{_free_port()}"
+        master = f"127.0.0.1:{free_ports(1)[0]}"
         return [
             [
                 kscale,
