@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from kscale import environment
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(autouse=True)
@@ -36,3 +42,22 @@ def clean_launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_")):
             monkeypatch.delenv(name)
     environment.reset()
+
+
+@pytest.fixture(scope="session")
+def worker_env() -> Callable[..., dict[str, str]]:
+    """`worker_env(**extra)`: the environment for a worker a test starts: this process's variables without
+    a surrounding job's (or a test's) launcher ones, the repo importable, this venv's commands first."""
+
+    def make(**extra: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
+        }
+        env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
+        env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
+        env.update(extra)
+        return env
+
+    return make

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,24 +10,11 @@ from typing import Any
 
 import pytest
 
-from kscale import environment
 from kscale.cli.workers import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 HOROVODRUN = BIN / "horovodrun"
-
-
-def _worker_env(**extra: str) -> dict:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
-    }
-    env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
-    env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
-    env.update(extra)
-    return env
 
 
 def _check(done: subprocess.CompletedProcess, what: str) -> subprocess.CompletedProcess:
@@ -38,7 +24,7 @@ def _check(done: subprocess.CompletedProcess, what: str) -> subprocess.Completed
 
 
 @pytest.fixture(scope="session")
-def horovodrun():
+def horovodrun(worker_env):
     """Run `args` under `horovodrun -np N -H localhost:N --gloo`; output (stdout+stderr) on failure."""
 
     def launch(
@@ -47,7 +33,7 @@ def horovodrun():
         command = [str(HOROVODRUN), "-np", str(np), "-H", f"localhost:{np}", "--gloo", sys.executable, *args]
         done = subprocess.run(
             command,
-            env=_worker_env(),
+            env=worker_env(),
             cwd=REPO,
             timeout=timeout,
             text=True,
@@ -60,7 +46,7 @@ def horovodrun():
 
 
 @pytest.fixture(scope="session")
-def tf_config_workers():
+def tf_config_workers(worker_env):
     """Run `args` as N processes that form one TF_CONFIG multi-worker cluster on localhost."""
 
     def launch(
@@ -73,7 +59,7 @@ def tf_config_workers():
             procs.append(
                 subprocess.Popen(
                     [sys.executable, *args],
-                    env=_worker_env(TF_CONFIG=json.dumps(config)),
+                    env=worker_env(TF_CONFIG=json.dumps(config)),
                     cwd=REPO,
                     text=True,
                     stdout=subprocess.PIPE,
@@ -97,7 +83,7 @@ def tf_config_workers():
 
 
 @pytest.fixture(scope="session")
-def run_python():
+def run_python(worker_env):
     """Run a plain single Python process with the repo importable."""
 
     def launch(
@@ -105,7 +91,7 @@ def run_python():
     ) -> subprocess.CompletedProcess:
         done = subprocess.run(
             [sys.executable, *args],
-            env=_worker_env(**extra_env),
+            env=worker_env(**extra_env),
             cwd=REPO,
             timeout=timeout,
             text=True,
@@ -118,13 +104,13 @@ def run_python():
 
 
 @pytest.fixture(scope="session")
-def start_job():
+def start_job(worker_env):
     """Start `kscale <args>` in the background (the repo importable, no launcher variables of ours)."""
 
     def start(args: list[str], output: Any, **extra_env: str) -> subprocess.Popen:
         return subprocess.Popen(
             [str(BIN / "kscale"), *args],
-            env=_worker_env(**extra_env),
+            env=worker_env(**extra_env),
             cwd=REPO,
             stdout=output,
             stderr=subprocess.STDOUT,

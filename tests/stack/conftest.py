@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from kscale import environment, frameworks
+from kscale import frameworks
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -26,21 +25,8 @@ def lane_backends() -> list[str]:
     return ["mirrored"]
 
 
-def worker_env(**extra: str) -> dict[str, str]:
-    """This process's variables without a surrounding job's (or a test's) launcher ones, plus `extra`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith((*environment.LAUNCHER_VARIABLE_PREFIXES, "KSCALE_"))
-    }
-    env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{BIN}:{env.get('PATH', '')}")
-    env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
-    env.update(extra)
-    return env
-
-
 @pytest.fixture(scope="session")
-def launch():
+def launch(worker_env):
     """Run a command from the repo root; its output (stdout and stderr) and status."""
 
     def run(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
