@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kscale import __version__
+from kscale.cli.bench import bench_command_parser
 from kscale.cli.doctor import doctor_command_parser
 from kscale.cli.env import env_command_parser
 from kscale.cli.run import run_command_parser
@@ -21,11 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
         "kscale", description="Scale Keras training with Horovod or tf.distribute.", allow_abbrev=False
     )
     parser.add_argument("--version", action="version", version=f"kscale {__version__}")
-    subparsers = parser.add_subparsers(dest="subcommand", metavar="{run,test,doctor,env}")
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="{run,test,doctor,env,bench}")
     run_command_parser(subparsers)
     test_command_parser(subparsers)
     doctor_command_parser(subparsers)
     env_command_parser(subparsers)
+    bench_command_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,232 @@
+"""Launch `kscale.bench.worker` for every setting of a benchmark, through the real launchers, and collect
+what the chief measured.
+
+One setting is one launch: a model, a backend (single, mirrored, horovod, multi_worker), a number of
+workers (replicas), who distributes (kscale's one line or a hand-written script) and the knobs.
+Hand-written scripts run under the launcher their users would use (horovodrun; TF_CONFIG workers from
+`kscale run --engine tf`), kscale's under `kscale run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kscale import frameworks
+from kscale.errors import KScaleError
+
+#: Backend -> the hand-written script that does the same without kscale.
+HAND_WRITTEN = {"single": "keras", "mirrored": "tf", "horovod": "horovod", "multi_worker": "tf"}
+
+
+class BenchError(KScaleError):
+    """A benchmark launch failed or measured nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    model: str
+    backend: str
+    workers: int
+    batch: int
+    #: Training steps per timed iteration.
+    batches: int = 20
+    impl: str = "kscale"
+    #: Horovod knobs: worker options (--compression fp16, --backward-passes 2) and launcher options
+    #: (--fusion-threshold-mb 0, --cycle-time-ms 1, --autotune).
+    worker_options: tuple[str, ...] = ()
+    launcher_options: tuple[str, ...] = ()
+    #: A label for a knob or input variant ("" for the defaults).
+    variant: str = ""
+    #: TFRecord folder to read instead of arrays, and its auto-shard policy ("auto" or "data").
+    records: str | None = None
+    shard: str = "auto"
+    #: Record a Horovod timeline and split step time into communication and the rest.
+    timeline: bool = False
+
+    def describe(self) -> str:
+        who = "kscale" if self.impl == "kscale" else f"hand-written {self.impl}"
+        extra = f", {self.variant}" if self.variant else ""
+        return f"{self.model} {self.backend} x{self.workers} batch {self.batch} ({who}{extra})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How long each launch measures, and what every launch shares."""
+
+    iters: int = 5
+    warmup: int = 1
+    gpu: bool = False
+    mixed_precision: bool = False
+    input_shape: str | None = None
+    sample: str | None = None
+    timeout: int = 600
+
+
+def backends_here() -> list[str]:
+    """The backends this stack can run (README, "Which stack?")."""
+    keras = frameworks.process_keras()
+    if keras.generation == 3 and keras.backend != "tensorflow":
+        return ["single"]
+    if keras.generation == 3 and not frameworks.legacy_keras_needed():
+        return ["single", "mirrored"]
+    multi = ["horovod"] if frameworks.is_installed("horovod") else []
+    return ["single", "mirrored", *multi, "multi_worker"]
+
+
+def gpu_count() -> int:
+    """GPUs on this machine, asked of nvidia-smi (the runner imports no framework)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def command(setting: Setting, sizes: Sizes, result: str) -> list[str]:
+    """The launch: the launcher its users would use, then the worker with this setting's options."""
+    worker = [
+        sys.executable,
+        "-m",
+        "kscale.bench.worker",
+        "--impl",
+        setting.impl,
+        "--backend",
+        setting.backend,
+    ]
+    worker += ["--model", setting.model, "--batch", str(setting.batch), "--batches", str(setting.batches)]
+    worker += ["--iters", str(sizes.iters), "--warmup", str(sizes.warmup), "--result", result]
+    worker += [*setting.worker_options]
+    if setting.backend == "mirrored":
+        worker += ["--replicas", str(setting.workers)]
+    if sizes.gpu:
+        worker.append("--gpu")
+    if sizes.mixed_precision:
+        worker.append("--mixed-precision")
+    if sizes.input_shape:
+        worker += ["--input-shape", sizes.input_shape]
+    if sizes.sample:
+        worker += ["--sample", sizes.sample]
+    if setting.records:
+        worker += ["--records", setting.records, "--shard", setting.shard]
+    n = str(setting.workers)
+    kscale_run = [sys.executable, "-m", "kscale.cli", "run", *setting.launcher_options]
+    if setting.backend == "horovod" and setting.impl == "horovod":
+        horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+        horovodrun = horovodrun if os.path.exists(horovodrun) else shutil.which("horovodrun") or "horovodrun"
+        return [horovodrun, "-np", n, "-H", f"localhost:{n}", "--gloo", *setting.launcher_options, *worker]
+    if setting.backend == "horovod":
+        return [*kscale_run, "--engine", "horovod", "-np", n, "--", *worker]
+    if setting.backend == "multi_worker":
+        return [*kscale_run, "--engine", "tf", "-np", n, "--", *worker]
+    return worker
+
+
+def processes(setting: Setting) -> int:
+    return setting.workers if setting.backend in ("horovod", "multi_worker") else 1
+
+
+def run_one(setting: Setting, sizes: Sizes, threads: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Launch one setting; the chief's measurements, with the timeline's split when asked for."""
+    with tempfile.TemporaryDirectory(prefix="kscale-bench-") as tmp:
+        result = os.path.join(tmp, "result.json")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+        # TensorFlow's own variables (read when its runtime starts), the same for every implementation.
+        env.update(TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS=str(threads))
+        timeline = os.path.join(tmp, "timeline.json")
+        if setting.timeline:
+            env["HOROVOD_TIMELINE"] = timeline
+        argv = command(setting, sizes, result)
+        try:
+            done = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=sizes.timeout, stdin=subprocess.DEVNULL
+            )
+        except subprocess.TimeoutExpired as err:
+            raise BenchError(f"{setting.describe()} took more than {sizes.timeout} s; stopped") from err
+        if done.returncode != 0 or not os.path.exists(result):
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+            raise BenchError(
+                f"{setting.describe()} failed (exit status {done.returncode}):\n  {' '.join(argv)}\n{tail}"
+            )
+        with open(result) as f:
+            measured = json.load(f)
+        if setting.timeline and os.path.exists(timeline):
+            total_steps = (sizes.warmup + sizes.iters) * setting.batches
+            measured["communication_s_per_step"] = allreduce_seconds(timeline) / total_steps
+    measured.update(
+        dataclasses.asdict(setting),
+        command=" ".join(argv),
+        threads_per_process=threads,
+    )
+    return measured
+
+
+def allreduce_seconds(path: str) -> float:
+    """Wall time during which any allreduce was in flight on this rank, from a Horovod timeline (Chrome
+    trace events, one `pid` per tensor; an ALLREDUCE activity spans fusion-buffer copies and the
+    transfer). Negotiation, where a tensor waits for the other ranks to be ready, is not counted."""
+    with open(path) as f:
+        text = f.read().rstrip().rstrip(",")
+    events = json.loads(text if text.endswith("]") else text + "]")
+    open_spans: dict[Any, list[tuple[str, float]]] = {}
+    spans: list[tuple[float, float]] = []
+    for event in events:
+        pid, phase = event.get("pid"), event.get("ph")
+        if phase == "B":
+            open_spans.setdefault(pid, []).append((event.get("name", ""), event["ts"]))
+        elif phase == "E" and open_spans.get(pid):
+            name, start = open_spans[pid].pop()
+            if name == "ALLREDUCE":
+                spans.append((start, event["ts"]))
+    covered, end = 0.0, float("-inf")
+    for start, stop in sorted(spans):
+        if stop > end:
+            covered += stop - max(start, end)
+            end = stop
+    return covered / 1e6
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median, mean, spread (standard deviation) and range of the iterations."""
+    return {
+        "median": statistics.median(values),
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def threads_for(setting: Setting, cores: int) -> int:
+    """TensorFlow threads per process: the cores shared out among the processes on this host."""
+    return max(1, cores // processes(setting))
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def write_records(model: str, folder: str, samples: int, sizes: Sizes) -> None:
+    """Synthetic data of the model written once as TFRecord files, for the input-sharding comparison."""
+    argv = [sys.executable, "-m", "kscale.bench.worker", "--model", model, "--write-records", folder]
+    argv += ["--batches", str(samples), "--batch", "1"]
+    if sizes.gpu:
+        argv.append("--gpu")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=sizes.timeout)
+    if done.returncode != 0:
+        raise BenchError(f"writing TFRecord files failed:\n{done.stderr[-3000:]}")

@@ -1,0 +1,288 @@
+"""One measurement of `kscale bench`, run by every worker under the real launcher.
+
+    python -m kscale.bench.worker --impl kscale --backend horovod --model mlp --result r.json
+
+`--impl` says who distributes the training: `kscale` (the one line), `horovod` (a hand-written Horovod
+script: hvd.init, GPU pinning, DistributedOptimizer, broadcast and metric callbacks, its own shard) or `tf`
+(a hand-written tf.distribute script: the strategy's scope, the global batch), or `keras` (one process,
+no distribution). Every implementation trains the same model on the same synthetic data with `fit` for
+`--warmup + --iters` epochs of `--batches` steps, and the chief writes each epoch's wall time to `--result`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--impl", choices=IMPLEMENTATIONS, default="kscale")
+    p.add_argument("--backend", default="single", help="single | mirrored | horovod | multi_worker")
+    p.add_argument("--replicas", type=int, default=1, help="mirrored: replicas in this process")
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--input-shape", help="your model's input shape without the batch, e.g. 24,1")
+    p.add_argument("--sample", help="your model: an .npz with arrays x and y (one batch or more)")
+    p.add_argument("--batch", type=int, default=32, help="per-replica batch")
+    p.add_argument("--batches", type=int, default=10, help="training steps per timed iteration (epoch)")
+    p.add_argument("--iters", type=int, default=5, help="timed iterations")
+    p.add_argument("--warmup", type=int, default=1, help="iterations run first and not timed")
+    p.add_argument("--gpu", action="store_true", help="the large model sizes (ResNet50, BERT-base)")
+    p.add_argument("--mixed-precision", action="store_true", help="Keras' mixed_float16 policy")
+    p.add_argument("--compression", default=None, help="Horovod: fp16 sends gradients as float16")
+    p.add_argument("--backward-passes", type=int, default=1, help="Horovod: batches per allreduce")
+    p.add_argument("--records", help="read the data from the TFRecord files in this folder (kscale only)")
+    p.add_argument("--shard", default="auto", choices=["auto", "data"], help="--records: auto-shard policy")
+    p.add_argument("--write-records", help="write the model's synthetic data as TFRecord files here, exit")
+    p.add_argument("--files", type=int, default=8, help="--write-records: how many files")
+    p.add_argument("--result", help="the chief writes its measurements here (JSON)")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+class IterationTimer:
+    """Keras callback: the wall time of each epoch, from one epoch's start to the next (so the callbacks
+    that run at an epoch's end, Horovod's metric averaging included, count)."""
+
+    def __init__(self, keras: Any):
+        timer = self
+
+        class _Callback(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                timer.stamps.append(time.perf_counter())
+
+            def on_train_end(self, logs=None):
+                timer.stamps.append(time.perf_counter())
+
+        self.stamps: list[float] = []
+        self.callback = _Callback()
+
+    @property
+    def seconds(self) -> list[float]:
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
+
+
+def _setup_tensorflow(args: argparse.Namespace) -> Any:
+    """Logical CPU devices for mirrored replicas on a CPU: before TensorFlow runs any op."""
+    import tensorflow as tf
+
+    if args.replicas > 1 and not tf.config.list_physical_devices("GPU"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas
+        )
+    return tf
+
+
+def _mirrored_devices(tf: Any, replicas: int) -> list[str]:
+    kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+    return [f"{kind}:{i}" for i in range(replicas)]
+
+
+def _records_dataset(args: argparse.Namespace, x_shape: tuple, x_dtype: str, y_dtype: str) -> Any:
+    """The TFRecord files as a dataset of per-replica batches, endless (steps_per_epoch ends each epoch)."""
+    import tensorflow as tf
+
+    def parse(record):
+        fields = tf.io.parse_single_example(
+            record, {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([], tf.string)}
+        )
+        x = tf.reshape(tf.io.decode_raw(fields["x"], x_dtype), x_shape)
+        return x, tf.io.decode_raw(fields["y"], y_dtype)[0]
+
+    files = tf.data.Dataset.list_files(os.path.join(args.records, "*.tfrecord"), shuffle=False)
+    data = files.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE)
+    data = data.map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(args.batch).repeat()
+    if args.shard == "data":
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        data = data.with_options(options)
+    return data.prefetch(tf.data.AUTOTUNE)
+
+
+def write_records(args: argparse.Namespace, spec: Any, samples: int) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    x, y = spec.data(samples, np.random.default_rng(args.seed))
+    os.makedirs(args.write_records, exist_ok=True)
+    for f, rows in enumerate(np.array_split(np.arange(samples), args.files)):
+        with tf.io.TFRecordWriter(os.path.join(args.write_records, f"part-{f:03d}.tfrecord")) as out:
+            for i in rows:
+                feature = {
+                    "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[x[i].tobytes()])),
+                    "y": tf.train.Feature(bytes_list=tf.train.BytesList(value=[np.asarray(y[i]).tobytes()])),
+                }
+                out.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    meta = {"x_shape": list(x.shape[1:]), "x_dtype": str(x.dtype), "y_dtype": str(y.dtype)}
+    with open(os.path.join(args.write_records, "meta.json"), "w") as f:
+        json.dump(meta, f)
+
+
+# Each implementation: (args, spec, keras, x, y, timer) -> (chief?, replicas), having trained.
+Trainer = Callable[..., tuple[bool, int]]
+
+
+def train_with_kscale(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+    import kscale
+
+    model = spec.build(keras)
+    if spec.rebuildable:
+        model.compile(**spec.compile_args(keras, 1.0))
+    options: dict[str, Any] = {"backend": args.backend}
+    if args.backend == "mirrored":
+        import tensorflow as tf
+
+        options["devices"] = _mirrored_devices(tf, args.replicas)
+    if args.backend == "horovod":
+        options.update(compression=args.compression, backward_passes_per_step=args.backward_passes)
+    model = kscale.distribute(model, **options)  # <- the one line
+    fit: dict[str, Any] = {"epochs": args.warmup + args.iters, "verbose": 0, "callbacks": [timer.callback]}
+    if args.records:
+        with open(os.path.join(args.records, "meta.json")) as f:
+            meta = json.load(f)
+        data = _records_dataset(args, tuple(meta["x_shape"]), meta["x_dtype"], meta["y_dtype"])
+        model.fit(data, steps_per_epoch=args.batches, **fit)
+    else:
+        model.fit(x, y, batch_size=args.batch, **fit)
+    return kscale.is_chief(), kscale.num_replicas()
+
+
+def train_with_horovod(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+    """What Horovod's Keras examples do."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    model = spec.build(keras)
+    compile_args = spec.compile_args(keras, hvd.size())
+    compression = hvd.Compression.fp16 if args.compression == "fp16" else hvd.Compression.none
+    compile_args["optimizer"] = hvd.DistributedOptimizer(
+        compile_args["optimizer"], compression=compression, backward_passes_per_step=args.backward_passes
+    )
+    model.compile(**compile_args)
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.MetricAverageCallback(),
+        timer.callback,
+    ]
+    shard = slice(hvd.rank(), None, hvd.size())
+    model.fit(
+        x[shard],
+        y[shard],
+        batch_size=args.batch,
+        epochs=args.warmup + args.iters,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    return hvd.rank() == 0, hvd.size()
+
+
+def train_with_tf_distribute(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+    """What TensorFlow's distributed Keras tutorials do: build and compile in the strategy's scope, fit with
+    the global batch (Keras splits it over replicas and auto-shards the data over workers)."""
+    import tensorflow as tf
+
+    if args.backend == "mirrored":
+        strategy, chief = tf.distribute.MirroredStrategy(_mirrored_devices(tf, args.replicas)), True
+    else:
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:  # several workers on one host: one GPU each
+            tf.config.set_visible_devices(gpus[task["index"] % len(gpus)], "GPU")
+        strategy, chief = tf.distribute.MultiWorkerMirroredStrategy(), task["index"] == 0
+    replicas = strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = spec.build(keras)
+        model.compile(**spec.compile_args(keras, replicas))
+    epochs = args.warmup + args.iters
+    model.fit(x, y, batch_size=args.batch * replicas, epochs=epochs, callbacks=[timer.callback], verbose=0)
+    return chief, replicas
+
+
+def train_with_keras(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+    """Plain Keras in one process: the reference the single backend is compared with."""
+    model = spec.build(keras)
+    if spec.rebuildable:
+        model.compile(**spec.compile_args(keras, 1.0))
+    model.fit(
+        x, y, batch_size=args.batch, epochs=args.warmup + args.iters, callbacks=[timer.callback], verbose=0
+    )
+    return True, 1
+
+
+TRAINERS: dict[str, Trainer] = {
+    "kscale": train_with_kscale,
+    "horovod": train_with_horovod,
+    "tf": train_with_tf_distribute,
+    "keras": train_with_keras,
+}
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parse_args(argv)
+    if args.impl == "kscale":
+        import kscale  # noqa: F401  (first, as a user's script does: joins the job, pins GPUs)
+    from kscale import frameworks
+    from kscale.bench import models
+
+    if frameworks.process_keras().backend == "tensorflow":
+        _setup_tensorflow(args)
+    keras = models.keras_module()
+    if args.mixed_precision:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    spec = models.resolve(args.model, args.gpu, _shape(args.input_shape), args.sample)
+    import numpy as np
+
+    world = _world_size(args)
+    samples = args.batches * args.batch * world
+    if args.write_records:
+        write_records(args, spec, samples)
+        return None
+    x, y = spec.data(samples, np.random.default_rng(args.seed))
+    timer = IterationTimer(keras)
+    chief, replicas = TRAINERS[args.impl](args, spec, keras, x, y, timer)
+    seconds = timer.seconds[args.warmup :]
+    result = {
+        "impl": args.impl,
+        "backend": args.backend,
+        "model": args.model,
+        "replicas": replicas,
+        "per_replica_batch": args.batch,
+        "batches_per_iter": args.batches,
+        "iteration_s": seconds,
+        "samples_per_s": [args.batch * replicas * args.batches / s for s in seconds],
+    }
+    if chief and args.result:
+        with open(args.result + ".tmp", "w") as f:
+            json.dump(result, f)
+        os.replace(args.result + ".tmp", args.result)
+    return result
+
+
+def _shape(text: str | None) -> tuple[int, ...] | None:
+    return tuple(int(d) for d in text.split(",")) if text else None
+
+
+def _world_size(args: argparse.Namespace) -> int:
+    """Replicas in the whole job, known before any framework starts (the launchers' variables)."""
+    if args.backend == "mirrored":
+        return args.replicas
+    from kscale import environment
+
+    return max(environment.current().world_size, 1)
+
+
+if __name__ == "__main__":
+    main()
