@@ -177,48 +177,75 @@ def recommendation_lines(advice: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot(report: dict[str, Any], path: str) -> None:
-    """Throughput (top) and efficiency (bottom) against workers, a column per model, a line per backend."""
-    matplotlib = _optional.require("matplotlib", MATPLOTLIB_INSTALL, "kscale bench's plot")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+#: A point of a scaling line: (workers, samples/s, its standard deviation, scaling efficiency).
+Point = tuple[int, float, float, float]
 
+
+def lines_of(report: dict[str, Any]) -> dict[str, dict[str, list[Point]]]:
+    """kscale's measurements as lines: {model (batch): {backend: points}}, each line starting at the
+    one-worker point, at the model's smallest batch."""
     table = [r for r in report["analysis"]["rows"] if r["impl"] == "kscale" and not r["variant"]]
-    models = list(dict.fromkeys(r["model"] for r in table))
-    fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models), 6.5), squeeze=False)
-    for column, model in enumerate(models):
+    panels: dict[str, dict[str, list[Point]]] = {}
+    for model in dict.fromkeys(r["model"] for r in table):
         mine = [r for r in table if r["model"] == model]
         batch = min(r["batch"] for r in mine)
         mine = [r for r in mine if r["batch"] == batch]
         single = [r for r in mine if r["backend"] == "single"]
+        lines = panels.setdefault(f"{model} (batch {batch}/replica)", {})
         for backend in dict.fromkeys(r["backend"] for r in mine if r["backend"] != "single"):
             line = sorted(single + [r for r in mine if r["backend"] == backend], key=lambda r: r["workers"])
-            workers = [r["workers"] for r in line]
+            lines[backend] = [
+                (
+                    r["workers"],
+                    r["samples_per_s"]["median"],
+                    r["samples_per_s"]["std"],
+                    r.get("efficiency", 1.0),
+                )
+                for r in line
+            ]
+    return panels
+
+
+def plot(panels: dict[str, dict[str, list[Point]]], path: str, title: str) -> None:
+    """Throughput (top) and efficiency (bottom) against workers, a column per panel, a line per backend."""
+    matplotlib = _optional.require("matplotlib", MATPLOTLIB_INSTALL, "kscale bench's plot")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.2 * len(panels), 6.5), squeeze=False)
+    for column, (name, lines) in enumerate(panels.items()):
+        ticks: set[int] = set()
+        for label, points in lines.items():
+            workers = [p[0] for p in points]
+            ticks.update(workers)
             axes[0][column].errorbar(
                 workers,
-                [r["samples_per_s"]["median"] for r in line],
-                yerr=[r["samples_per_s"]["std"] for r in line],
+                [p[1] for p in points],
+                yerr=[p[2] for p in points],
                 marker="o",
                 capsize=3,
-                label=backend,
+                label=label,
             )
-            axes[1][column].plot(workers, [r.get("efficiency", 1.0) for r in line], marker="o", label=backend)
-        axes[0][column].set_title(f"{model} (batch {batch}/replica)")
+            axes[1][column].plot(workers, [p[3] for p in points], marker="o", label=label)
+        axes[0][column].set_title(name)
         axes[0][column].set_ylabel("samples/s (all replicas)")
         axes[1][column].set_ylabel("scaling efficiency")
         axes[1][column].set_ylim(0, 1.1)
         axes[1][column].axhline(GOOD_EFFICIENCY, color="grey", linestyle=":", linewidth=1)
-        ticks = sorted({r["workers"] for r in mine})
         for row in axes:
-            row[column].set_xticks(ticks)
+            row[column].set_xticks(sorted(ticks))
             row[column].set_xlabel("workers (replicas)")
             row[column].grid(alpha=0.3)
             row[column].legend(fontsize="small")
-    facts = report["machine"]
-    fig.suptitle(f"kscale bench — {facts['cores']} CPU cores, {len(facts['gpus'])} GPU(s)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_title(facts: dict[str, Any]) -> str:
+    gpus = f"{len(facts['gpus'])} GPU(s)" if facts["gpus"] else "no GPU"
+    return f"kscale bench: {facts['cores']} CPU cores, {gpus}, TensorFlow {facts['tensorflow']}"
 
 
 def write(report: dict[str, Any], folder: str) -> dict[str, str]:
@@ -229,5 +256,5 @@ def write(report: dict[str, Any], folder: str) -> dict[str, str]:
         json.dump(report, f, indent=2)
     with open(paths["results.md"], "w") as f:
         f.write(markdown(report))
-    plot(report, paths["scaling.png"])
+    plot(lines_of(report), paths["scaling.png"], plot_title(report["machine"]))
     return paths

@@ -1,0 +1,155 @@
+"""The numbers a `kscale bench` report shows, from measurements made up here (no launches)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kscale.bench import analysis, report, runner, suite
+from kscale.bench.runner import Setting
+
+
+def _run(setting: Setting, samples_per_s: list[float], replicas: int | None = None, **extra) -> dict:
+    batches = setting.batches
+    return {
+        **setting.__dict__,
+        "replicas": replicas or setting.workers,
+        "batches_per_iter": batches,
+        "samples_per_s": samples_per_s,
+        "iteration_s": [setting.batch * (replicas or setting.workers) * batches / s for s in samples_per_s],
+        "command": f"launch {setting.describe()}",
+        **extra,
+    }
+
+
+def test_allreduce_time_is_the_union_of_overlapping_allreduces_without_negotiation(tmp_path):
+    events = [
+        {"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": 0, "pid": 1},
+        {"ph": "E", "ts": 500, "pid": 1},
+        {"ph": "B", "name": "ALLREDUCE", "ts": 1000, "pid": 1},
+        {"ph": "B", "name": "GLOO_ALLREDUCE", "ts": 1100, "pid": 1},
+        {"ph": "E", "ts": 1900, "pid": 1},
+        {"ph": "E", "ts": 2000, "pid": 1},
+        {"ph": "B", "name": "ALLREDUCE", "ts": 1500, "pid": 2},
+        {"ph": "E", "ts": 3000, "pid": 2},
+        {"ph": "B", "name": "ALLREDUCE", "ts": 5000, "pid": 3},
+        {"ph": "E", "ts": 5500, "pid": 3},
+    ]
+    path = tmp_path / "timeline.json"
+    # Horovod leaves the array open while it runs (and after a crash): both forms are read.
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in events) + ",")
+    assert runner.allreduce_seconds(str(path)) == pytest.approx((3000 - 1000 + 500) / 1e6)
+    path.write_text(json.dumps(events))
+    assert runner.allreduce_seconds(str(path)) == pytest.approx(0.0025)
+
+
+def _results() -> list[dict]:
+    one = Setting("mlp", "single", 1, 32, batches=10)
+    hvd = Setting("mlp", "horovod", 2, 32, batches=10)
+    mirrored = Setting("mlp", "mirrored", 2, 32, batches=10)
+    fp16 = Setting("mlp", "horovod", 2, 32, 10, "kscale", ("--compression", "fp16"), (), "fp16 compression")
+    return [
+        _run(one, [1000, 1010, 990]),
+        _run(Setting("mlp", "single", 1, 32, 10, impl="keras"), [1000, 1000]),
+        _run(hvd, [1800, 1800]),
+        _run(Setting("mlp", "horovod", 2, 32, 10, impl="horovod"), [2000, 2000]),
+        _run(
+            Setting("mlp", "horovod", 2, 32, 10, variant="timeline", timeline=True),
+            [1500],
+            communication_s_per_step=0.004,
+        ),
+        _run(mirrored, [1200, 1200]),
+        _run(fp16, [1980, 1980]),
+    ]
+
+
+def test_efficiency_ratios_knobs_and_recommendation():
+    found = analysis.analyse(_results())
+    rows = {(r["backend"], r["impl"], r["variant"]): r for r in found["rows"]}
+    assert ("horovod", "kscale", "timeline") not in rows
+    horovod = rows[("horovod", "kscale", "")]
+    assert horovod["efficiency"] == pytest.approx(1800 / (2 * 1000))
+    assert horovod["per_replica_samples_per_s"] == pytest.approx(900)
+    assert horovod["step_s"] == pytest.approx(32 * 2 * 10 / 1800 / 10)
+    assert horovod["timeline"]["communication_s"] == pytest.approx(0.004)
+    assert horovod["timeline"]["step_s"] == pytest.approx(32 * 2 * 10 / 1500 / 10)
+    assert "efficiency" not in rows[("horovod", "kscale", "fp16 compression")]
+    ratios = {b["backend"]: b["ratio"] for b in found["baselines"]}
+    assert ratios == {"single": pytest.approx(1.0), "horovod": pytest.approx(0.9)}
+    [knob] = found["knobs"]
+    assert knob["variant"] == "fp16 compression" and knob["ratio"] == pytest.approx(1.1)
+    [advice] = found["recommendations"]
+    assert advice["scaling"]["backend"] == "horovod" and advice["scaling"]["choice"] == "scale-out (horovod)"
+    assert advice["scaling"]["scale_up_samples_per_s"] == pytest.approx(1200)
+    assert advice["fp16"]["use"] is True
+    assert advice["batch_for_efficiency"] == {
+        "batch": 32,
+        "efficiency": pytest.approx(0.9),
+        "reached": True,
+        "measured": {32: pytest.approx(0.9)},
+    }
+
+
+def test_batch_recommendation_is_the_smallest_batch_past_ninety_percent_or_the_best():
+    results = []
+    for batch, single, two in ((16, 1000, 1200), (32, 1500, 2400), (64, 2000, 3700)):
+        results += [
+            _run(Setting("m", "single", 1, batch), [single]),
+            _run(Setting("m", "horovod", 2, batch), [two]),
+        ]
+    advice = analysis.analyse(results)["recommendations"][0]["batch_for_efficiency"]
+    assert advice["batch"] == 64 and advice["reached"] is True  # 3700 / 4000 = 92.5%
+    slow = [r for r in results if r["batch"] != 64]
+    advice = analysis.analyse(slow)["recommendations"][0]["batch_for_efficiency"]
+    assert advice == {
+        "batch": 32,
+        "efficiency": pytest.approx(0.8),
+        "reached": False,
+        "measured": {16: pytest.approx(0.6), 32: pytest.approx(0.8)},
+    }
+
+
+def test_report_files(tmp_path):
+    results = _results()
+    facts = {"cores": 2, "cpu": "cpu", "memory_gib": 8, "gpus": [], "python": "3.11", "tensorflow": "2.15.1"}
+    facts.update(keras="2.15", horovod="0.28.1", kscale="0.1", date="today")
+    full = {
+        "machine": facts,
+        "command": "kscale bench",
+        "results": results,
+        "analysis": analysis.analyse(results),
+    }
+    paths = report.write(full, str(tmp_path))
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| mlp | horovod | 2 | 32 | 1,800 ± 0 | 900 | 90% |" in markdown
+    assert "**0.900**" in markdown and "fp16 compression" in markdown and "scale-out (horovod)" in markdown
+    assert json.loads((tmp_path / "results.json").read_text())["analysis"]["baselines"]
+    assert Path(paths["scaling.png"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_plan_alternates_compared_settings_and_counts_its_launches():
+    plan = suite.Plan(
+        models=("mlp",), workers=(1, 2), backends=("single", "horovod"), repeats=3, knobs=("autotune",)
+    )
+    groups = list(suite.settings(plan))
+    assert [len(g) for g in groups] == [2, 2, 1, 2]
+    assert [s.impl for s in groups[1]] == ["kscale", "horovod"]
+    assert groups[2][0].timeline and groups[3][1].launcher_options == ("--autotune",)
+    assert suite.count(plan) == 2 * 3 + 2 * 3 + 1 + 2 * 3
+    user = suite.Plan(models=("model.py:build",), workers=(1, 2), backends=("single",), batch_sizes=(8, 16))
+    assert [g[0].batch for g in suite.settings(user)] == [8, 16]
+    assert all(len(g) == 1 for g in suite.settings(user))  # no hand-written baseline of a user's model
+
+
+def test_launch_commands_use_the_real_launchers():
+    sizes = runner.Sizes()
+    horovod = runner.command(Setting("mlp", "horovod", 2, 32, impl="horovod"), sizes, "r.json")
+    assert horovod[0].endswith("horovodrun") and horovod[1:6] == ["-np", "2", "-H", "localhost:2", "--gloo"]
+    mine = runner.command(
+        Setting("mlp", "multi_worker", 4, 32, launcher_options=("--autotune",)), sizes, "r.json"
+    )
+    assert mine[1:9] == ["-m", "kscale.cli", "run", "--autotune", "--engine", "tf", "-np", "4"]
+    mirrored = runner.command(Setting("mlp", "mirrored", 2, 32), sizes, "r.json")
+    assert mirrored[1:3] == ["-m", "kscale.bench.worker"] and mirrored[-2:] == ["--replicas", "2"]
