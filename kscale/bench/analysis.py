@@ -104,10 +104,18 @@ def baselines(results: list[dict]) -> list[dict]:
     for model, backend, workers, batch, impl, variant in groups:
         if impl == "kscale" or variant:
             continue
-        found = _ratio(
-            groups, (model, backend, workers, batch, "kscale", ""), (model, backend, workers, batch, impl, "")
+        mine, theirs = (
+            (model, backend, workers, batch, "kscale", ""),
+            (model, backend, workers, batch, impl, ""),
         )
+        found = _ratio(groups, mine, theirs)
         if found:
+            first = [statistics.median(run["first_step_s"] for run in groups[k]) for k in (mine, theirs)]
+            found["first_step_s"] = {
+                "kscale": first[0],
+                "hand_written": first[1],
+                "added": first[0] - first[1],
+            }
             out.append(
                 {
                     "model": model,

@@ -1,7 +1,10 @@
 """The models `kscale bench` measures, and the user's own (`path/to/model.py:build` or a `.keras` file).
 
-Built with the Keras of this process (tf.keras on Keras 2, `keras` on Keras 3), so the same benchmark
-runs in every lane. Each model comes with its synthetic data: the benchmark measures training, not input.
+Built with the Keras of this process (tf.keras where TensorFlow is installed: Keras 2, tf_keras or Keras 3;
+else `keras`), so the same benchmark runs in every lane. Each model comes with its synthetic data: the
+benchmark measures training, not input. This module imports nothing of kscale's at import time: the
+hand-written scripts the benchmark compares kscale with load it without importing kscale (whose import
+joins a distributed job).
 """
 
 from __future__ import annotations
@@ -14,19 +17,22 @@ from typing import Any
 
 import numpy as np
 
-from kscale import frameworks
-from kscale.errors import OptionError
-
 
 def keras_module() -> Any:
-    """tf.keras on Keras 2 (TensorFlow 2.15, or tf_keras), `keras` on Keras 3."""
-    if frameworks.process_keras().generation == 2:
+    """tf.keras where TensorFlow is installed (it is tf_keras under TF_USE_LEGACY_KERAS=1), else Keras 3."""
+    try:
         import tensorflow as tf
+    except ImportError:
+        import keras
 
-        return tf.keras
-    import keras
+        return keras
+    return tf.keras
 
-    return keras
+
+def _error(message: str) -> Exception:
+    from kscale.errors import OptionError
+
+    return OptionError(message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +178,7 @@ BUILT_IN: dict[str, Callable[[bool], BenchModel]] = {
 
 def built_in(name: str, gpu: bool) -> BenchModel:
     if name not in BUILT_IN:
-        raise OptionError(
+        raise _error(
             f"unknown benchmark model {name!r}: use one of {', '.join(BUILT_IN)}, or your own as "
             "path/to/model.py:build (a function returning a compiled Keras model) or a .keras file."
         )
@@ -195,14 +201,14 @@ def user_model(spec: str, input_shape: tuple[int, ...] | None, sample: str | Non
         if sample:
             with np.load(sample) as arrays:
                 if "x" not in arrays or "y" not in arrays:
-                    raise OptionError(f"--sample {sample}: the .npz needs arrays named x and y.")
+                    raise _error(f"--sample {sample}: the .npz needs arrays named x and y.")
                 x, y = arrays["x"], arrays["y"]
             reps = -(-samples // len(x))
             return np.concatenate([x] * reps)[:samples], np.concatenate([y] * reps)[:samples]
         model = build(keras_module())
         shape = input_shape or tuple(model.input_shape[1:])
         if any(d is None for d in shape):
-            raise OptionError(
+            raise _error(
                 f"the model's input shape {shape} has unknown sizes: give --input-shape (e.g. 24,1) "
                 "or --sample batch.npz"
             )
@@ -218,7 +224,7 @@ def user_model(spec: str, input_shape: tuple[int, ...] | None, sample: str | Non
         return x, rng.standard_normal((samples, *output)).astype("float32")
 
     def compile_args(keras: Any, factor: float) -> dict:
-        raise OptionError("hand-written baselines are measured on the built-in models only")
+        raise _error("hand-written baselines are measured on the built-in models only")
 
     return BenchModel(spec, f"your model ({spec})", build, compile_args, data, rebuildable=False)
 
@@ -231,23 +237,23 @@ def _loss_name(model: Any) -> str:
 def _user_builder(spec: str) -> Callable[[Any], Any]:
     if spec.endswith(".keras"):
         if not os.path.exists(spec):
-            raise OptionError(f"--model {spec}: no such file")
+            raise _error(f"--model {spec}: no such file")
         return lambda keras: keras.models.load_model(spec)
     path, _, function = spec.rpartition(":")
     if not path.endswith(".py") or not function:
-        raise OptionError(f"--model {spec!r}: expected path/to/model.py:function or a .keras file")
+        raise _error(f"--model {spec!r}: expected path/to/model.py:function or a .keras file")
     if not os.path.exists(path):
-        raise OptionError(f"--model {spec}: no such file {path}")
+        raise _error(f"--model {spec}: no such file {path}")
 
     def build(keras: Any) -> Any:
         module_spec = importlib.util.spec_from_file_location("kscale_bench_user_model", path)
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
         if not callable(getattr(module, function, None)):
-            raise OptionError(f"--model {spec}: {path} has no function {function}()")
+            raise _error(f"--model {spec}: {path} has no function {function}()")
         model = getattr(module, function)()
         if getattr(model, "optimizer", None) is None:
-            raise OptionError(f"--model {spec}: {function}() must return a compiled Keras model")
+            raise _error(f"--model {spec}: {function}() must return a compiled Keras model")
         return model
 
     return build

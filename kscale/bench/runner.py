@@ -1,4 +1,4 @@
-"""Launch `kscale.bench.worker` for every setting of a benchmark, through the real launchers, and collect
+"""Launch kscale/bench/worker.py for every setting of a benchmark, through the real launchers, and collect
 what the chief measured.
 
 One setting is one launch: a model, a backend (single, mirrored, horovod, multi_worker), a number of
@@ -23,6 +23,8 @@ from typing import Any
 from kscale import frameworks
 from kscale.errors import KScaleError
 
+#: The worker runs as a file (its docstring says why).
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 #: Backend -> the hand-written script that does the same without kscale.
 HAND_WRITTEN = {"single": "keras", "mirrored": "tf", "horovod": "horovod", "multi_worker": "tf"}
 
@@ -96,15 +98,7 @@ def gpu_count() -> int:
 
 def command(setting: Setting, sizes: Sizes, result: str) -> list[str]:
     """The launch: the launcher its users would use, then the worker with this setting's options."""
-    worker = [
-        sys.executable,
-        "-m",
-        "kscale.bench.worker",
-        "--impl",
-        setting.impl,
-        "--backend",
-        setting.backend,
-    ]
+    worker = [sys.executable, WORKER, "--impl", setting.impl, "--backend", setting.backend]
     worker += ["--model", setting.model, "--batch", str(setting.batch), "--batches", str(setting.batches)]
     worker += ["--iters", str(sizes.iters), "--warmup", str(sizes.warmup), "--result", result]
     worker += [*setting.worker_options]
@@ -222,7 +216,7 @@ def cores() -> int:
 
 def write_records(model: str, folder: str, samples: int, sizes: Sizes) -> None:
     """Synthetic data of the model written once as TFRecord files, for the input-sharding comparison."""
-    argv = [sys.executable, "-m", "kscale.bench.worker", "--model", model, "--write-records", folder]
+    argv = [sys.executable, WORKER, "--model", model, "--write-records", folder]
     argv += ["--batches", str(samples), "--batch", "1"]
     if sizes.gpu:
         argv.append("--gpu")

@@ -49,9 +49,9 @@ class Plan:
     repeats: int = 1
     baselines: bool = True
     timeline: bool = True
-    #: Knob labels (of KNOBS) to measure on Horovod at the largest worker count.
+    #: Knob labels (of KNOBS) to measure on Horovod at the largest worker count, on the first model.
     knobs: tuple[str, ...] = ()
-    #: Measure file against batch sharding of a TFRecord input on the multi-process backends.
+    #: Measure file against batch sharding of a TFRecord input on the multi-process backends (first model).
     input_sharding: bool = False
 
 
@@ -75,13 +75,14 @@ def settings(plan: Plan, records: str | None = None) -> Iterator[list[Setting]]:
                     if plan.timeline and backend == "horovod":
                         yield [Setting(model, backend, n, batch, steps, timeline=True, variant="timeline")]
         batch = batch_sizes[0]
-        if plan.knobs and "horovod" in plan.backends and most > 1:
+        first = model == plan.models[0]  # knobs and input sharding: measured on the first model
+        if plan.knobs and "horovod" in plan.backends and most > 1 and first:
             default = Setting(model, "horovod", most, batch, steps)
             for label, worker, launcher in KNOBS:
                 if label in plan.knobs:
                     variant = Setting(model, "horovod", most, batch, steps, "kscale", worker, launcher, label)
                     yield [default, variant]
-        if plan.input_sharding and records and most > 1 and model == plan.models[0]:
+        if plan.input_sharding and records and most > 1 and first:
             for backend in ("horovod", "multi_worker"):
                 if backend in plan.backends:
                     files = Setting(model, backend, most, batch, steps, variant="files", records=records)

@@ -1,6 +1,9 @@
 """One measurement of `kscale bench`, run by every worker under the real launcher.
 
-    python -m kscale.bench.worker --impl kscale --backend horovod --model mlp --result r.json
+    python kscale/bench/worker.py --impl kscale --backend horovod --model mlp --result r.json
+
+Run as a file, not with -m: `python -m kscale.bench.worker` imports the kscale package first, whose
+import joins a distributed job, and the hand-written scripts must run without kscale.
 
 `--impl` says who distributes the training: `kscale` (the one line), `horovod` (a hand-written Horovod
 script: hvd.init, GPU pinning, DistributedOptimizer, broadcast and metric callbacks, its own shard) or `tf`
@@ -12,11 +15,14 @@ no distribution). Every implementation trains the same model on the same synthet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+STARTED = time.perf_counter()  # before TensorFlow, Horovod or kscale is imported
 
 IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras")
 
@@ -125,11 +131,12 @@ def write_records(args: argparse.Namespace, spec: Any, samples: int) -> None:
         json.dump(meta, f)
 
 
-# Each implementation: (args, spec, keras, x, y, timer) -> (chief?, replicas), having trained.
+# Each implementation: (args, spec, keras, data, timer) -> (chief?, replicas), having trained; data(N) is
+# the synthetic data of a job of N replicas (the arrays a user's script would load).
 Trainer = Callable[..., tuple[bool, int]]
 
 
-def train_with_kscale(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+def train_with_kscale(args, spec, keras, data, timer) -> tuple[bool, int]:
     import kscale
 
     model = spec.build(keras)
@@ -150,11 +157,12 @@ def train_with_kscale(args, spec, keras, x, y, timer) -> tuple[bool, int]:
         data = _records_dataset(args, tuple(meta["x_shape"]), meta["x_dtype"], meta["y_dtype"])
         model.fit(data, steps_per_epoch=args.batches, **fit)
     else:
+        x, y = data(kscale.num_replicas())
         model.fit(x, y, batch_size=args.batch, **fit)
     return kscale.is_chief(), kscale.num_replicas()
 
 
-def train_with_horovod(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+def train_with_horovod(args, spec, keras, data, timer) -> tuple[bool, int]:
     """What Horovod's Keras examples do."""
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
@@ -177,6 +185,7 @@ def train_with_horovod(args, spec, keras, x, y, timer) -> tuple[bool, int]:
         hvd.callbacks.MetricAverageCallback(),
         timer.callback,
     ]
+    x, y = data(hvd.size())
     shard = slice(hvd.rank(), None, hvd.size())
     model.fit(
         x[shard],
@@ -189,7 +198,7 @@ def train_with_horovod(args, spec, keras, x, y, timer) -> tuple[bool, int]:
     return hvd.rank() == 0, hvd.size()
 
 
-def train_with_tf_distribute(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+def train_with_tf_distribute(args, spec, keras, data, timer) -> tuple[bool, int]:
     """What TensorFlow's distributed Keras tutorials do: build and compile in the strategy's scope, fit with
     the global batch (Keras splits it over replicas and auto-shards the data over workers)."""
     import tensorflow as tf
@@ -207,15 +216,17 @@ def train_with_tf_distribute(args, spec, keras, x, y, timer) -> tuple[bool, int]
         model = spec.build(keras)
         model.compile(**spec.compile_args(keras, replicas))
     epochs = args.warmup + args.iters
+    x, y = data(replicas)
     model.fit(x, y, batch_size=args.batch * replicas, epochs=epochs, callbacks=[timer.callback], verbose=0)
     return chief, replicas
 
 
-def train_with_keras(args, spec, keras, x, y, timer) -> tuple[bool, int]:
+def train_with_keras(args, spec, keras, data, timer) -> tuple[bool, int]:
     """Plain Keras in one process: the reference the single backend is compared with."""
     model = spec.build(keras)
     if spec.rebuildable:
         model.compile(**spec.compile_args(keras, 1.0))
+    x, y = data(1)
     model.fit(
         x, y, batch_size=args.batch, epochs=args.warmup + args.iters, callbacks=[timer.callback], verbose=0
     )
@@ -234,26 +245,26 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     if args.impl == "kscale":
         import kscale  # noqa: F401  (first, as a user's script does: joins the job, pins GPUs)
-    from kscale import frameworks
-    from kscale.bench import models
+    import models  # this folder's models.py (run as a file: see the docstring)
+    import numpy as np
 
-    if frameworks.process_keras().backend == "tensorflow":
+    with contextlib.suppress(ImportError):  # no TensorFlow: Keras 3 on JAX
         _setup_tensorflow(args)
     keras = models.keras_module()
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
     spec = models.resolve(args.model, args.gpu, _shape(args.input_shape), args.sample)
-    import numpy as np
-
-    world = _world_size(args)
-    samples = args.batches * args.batch * world
     if args.write_records:
-        write_records(args, spec, samples)
+        write_records(args, spec, args.batches * args.batch)
         return None
-    x, y = spec.data(samples, np.random.default_rng(args.seed))
+
+    def data(replicas: int) -> tuple[Any, Any]:
+        return spec.data(args.batches * args.batch * replicas, np.random.default_rng(args.seed))
+
     timer = IterationTimer(keras)
-    chief, replicas = TRAINERS[args.impl](args, spec, keras, x, y, timer)
+    chief, replicas = TRAINERS[args.impl](args, spec, keras, data, timer)
     seconds = timer.seconds[args.warmup :]
+    step = sorted(seconds)[len(seconds) // 2] / args.batches
     result = {
         "impl": args.impl,
         "backend": args.backend,
@@ -263,6 +274,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         "batches_per_iter": args.batches,
         "iteration_s": seconds,
         "samples_per_s": [args.batch * replicas * args.batches / s for s in seconds],
+        # From the process's start (before any import) to the end of the first training step: the end of
+        # the untimed first iteration less its other steps at the timed rate.
+        "first_step_s": timer.stamps[1] - STARTED - (args.batches - 1) * step,
     }
     if chief and args.result:
         with open(args.result + ".tmp", "w") as f:
@@ -273,15 +287,6 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 def _shape(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(d) for d in text.split(",")) if text else None
-
-
-def _world_size(args: argparse.Namespace) -> int:
-    """Replicas in the whole job, known before any framework starts (the launchers' variables)."""
-    if args.backend == "mirrored":
-        return args.replicas
-    from kscale import environment
-
-    return max(environment.current().world_size, 1)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def _run(setting: Setting, samples_per_s: list[float], replicas: int | None = No
         "samples_per_s": samples_per_s,
         "iteration_s": [setting.batch * (replicas or setting.workers) * batches / s for s in samples_per_s],
         "command": f"launch {setting.describe()}",
+        "first_step_s": 2.5 if setting.impl == "kscale" else 2.0,
         **extra,
     }
 
@@ -77,6 +78,7 @@ def test_efficiency_ratios_knobs_and_recommendation():
     assert horovod["timeline"]["step_s"] == pytest.approx(32 * 2 * 10 / 1500 / 10)
     assert "efficiency" not in rows[("horovod", "kscale", "fp16 compression")]
     ratios = {b["backend"]: b["ratio"] for b in found["baselines"]}
+    assert all(b["first_step_s"]["added"] == pytest.approx(0.5) for b in found["baselines"])
     assert ratios == {"single": pytest.approx(1.0), "horovod": pytest.approx(0.9)}
     [knob] = found["knobs"]
     assert knob["variant"] == "fp16 compression" and knob["ratio"] == pytest.approx(1.1)
@@ -152,4 +154,4 @@ def test_launch_commands_use_the_real_launchers():
     )
     assert mine[1:9] == ["-m", "kscale.cli", "run", "--autotune", "--engine", "tf", "-np", "4"]
     mirrored = runner.command(Setting("mlp", "mirrored", 2, 32), sizes, "r.json")
-    assert mirrored[1:3] == ["-m", "kscale.bench.worker"] and mirrored[-2:] == ["--replicas", "2"]
+    assert mirrored[1] == runner.WORKER and mirrored[-2:] == ["--replicas", "2"]

@@ -61,6 +61,9 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, w
         ("multi_worker", "tf"),
     }
     assert all(_positive(b["ratio"]) and len(b["pairs"]) == 1 for b in baselines.values())
+    assert all(
+        _positive(b["first_step_s"][who]) for b in baselines.values() for who in ("kscale", "hand_written")
+    )
     assert "horovodrun -np 2" in baselines[("horovod", "horovod")]["b_command"]
     assert "kscale.cli run --engine horovod -np 2" in baselines[("horovod", "horovod")]["a_command"]
     [knob] = analysis["knobs"]
