@@ -25,6 +25,10 @@ from kscale.sharding import (
     part_length,
 )
 
+AutoShardPolicy = tf.data.experimental.AutoShardPolicy
+#: The policies under which kscale shards by file when it can, as tf.distribute's AUTO does.
+_FILE_WHERE_POSSIBLE = (AutoShardPolicy.AUTO, AutoShardPolicy.HINT)
+
 
 def dataset_batches(dataset: tf.data.Dataset) -> int | None:
     """Number of elements (batches) of a dataset; None if TensorFlow cannot know it, -1 if infinite."""
@@ -183,11 +187,29 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
         no_separate_targets(y, sample_weight, "a tf.data.Dataset")
         batches = dataset_batches(x)
         notes = []
+        policy = x.options().experimental_distribute.auto_shard_policy
+        if shard.count > 1 and policy == AutoShardPolicy.OFF:  # the user shards it (or wants it whole)
+            notes.append(
+                "input not sharded (the dataset's auto_shard_policy is OFF): each worker reads all of it"
+            )
+            return WorkerPart("dataset", x, length=batches, notes=notes, longest=batches)
         # Of unknown or infinite length (file readers are; repeat() is), there is no equal cut to keep:
         # each worker reads its own files where it can (steps_per_epoch keeps the workers in step).
         endless = batches is None or batches < 0
-        files = files_read(x) if shard.count > 1 and endless else None
+        by_file = policy == AutoShardPolicy.FILE or (policy in _FILE_WHERE_POSSIBLE and endless)
+        files = files_read(x) if shard.count > 1 and by_file else None
         dense = all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(x.element_spec))
+        if (
+            shard.count > 1
+            and policy == AutoShardPolicy.FILE
+            and (files is None or files < shard.count or not dense)
+        ):
+            raise DataError(
+                f"the {what}'s auto_shard_policy is FILE, but it reads {files or 'no list of'} file(s)"
+                f"{'' if dense else ' (and yields ragged or sparse tensors)'} for {shard.count} workers: give "
+                "it at least one file per worker (tf.data.Dataset.list_files, TFRecordDataset of a list), or "
+                "set the policy to DATA (every worker reads all of it and keeps its batches)."
+            )
         if files is not None and files >= shard.count and dense:
             notes.append(
                 f"input sharded by file: this worker reads {part_length(files, replace(shard, even=False))} "
@@ -196,7 +218,11 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
             return WorkerPart("dataset", shard_by_file(x, shard), notes=notes)
         if shard.count > 1 and endless:
             reason = (
-                f"only {files} file(s) for {shard.count} workers" if files else "it reads no list of files"
+                "the dataset's auto_shard_policy is DATA"
+                if policy == AutoShardPolicy.DATA
+                else f"only {files} file(s) for {shard.count} workers"
+                if files
+                else "it reads no list of files"
             )
             notes.append(
                 f"input sharded by batch ({reason}): every worker reads all of it, keeps 1/{shard.count}"

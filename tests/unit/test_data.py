@@ -297,3 +297,35 @@ def test_file_sharding_is_named_in_the_plan_and_falls_back_to_batches_with_too_f
     assert "input sharded by batch (only 1 file(s) for 2 workers)" in part.notes[0]
     assert len(list(part.x)) == 3  # batches 0, 2, 4 of 5
     assert files_read(tf.data.Dataset.range(10).batch(2)) is None
+
+
+def _with_policy(dataset: tf.data.Dataset, policy) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policy
+    return dataset.with_options(options)
+
+
+def test_the_datasets_own_auto_shard_policy_overrides_the_choice(tmp_path):
+    """DATA: every worker reads all and keeps its batches; OFF: not sharded (the user shards it); FILE:
+    by file, an error when it cannot be."""
+    from kscale.data import worker_part
+    from kscale.errors import DataError
+    from kscale.sharding import FeedRequest
+
+    policy = tf.data.experimental.AutoShardPolicy
+    paths = _tfrecords(tmp_path)
+    reads, samples = _read_by_worker(lambda c: _with_policy(_counted_pipeline(paths, c), policy.DATA), 2)
+    assert reads == [200, 200] and samples[0].isdisjoint(samples[1]) and len(samples[0] | samples[1]) == 200
+    reads, samples = _read_by_worker(lambda c: _with_policy(_counted_pipeline(paths, c), policy.OFF), 2)
+    assert reads == [200, 200] and samples[0] == samples[1] and len(samples[0]) == 200
+    reads, _ = _read_by_worker(lambda c: _with_policy(_counted_pipeline(paths, c), policy.FILE), 2)
+    assert reads == [100, 100]
+    request = FeedRequest(10, False, 5, "training data", "shard", Shard(0, 2))
+    data = _with_policy(_counted_pipeline(paths, tf.Variable(0, dtype=tf.int64)), policy.DATA)
+    assert (
+        "input sharded by batch (the dataset's auto_shard_policy is DATA)"
+        in worker_part(data, None, None, request).notes[0]
+    )
+    one_file = _with_policy(tf.data.TFRecordDataset(paths[:1]).batch(5), policy.FILE)
+    with pytest.raises(DataError, match="auto_shard_policy is FILE, but it reads 1 file"):
+        worker_part(one_file, None, None, request)
