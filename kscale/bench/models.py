@@ -263,6 +263,7 @@ def defaults(name: str) -> BenchModel:
     """The model's defaults (batch, steps, whether hand-written scripts can rebuild it), without building
     it or importing a framework."""
     if is_user_model(name):
+        _user_builder(name)  # says now, before any launch, when the file or the function's name is wrong
         return BenchModel(name, name, _unused, _unused, _unused, rebuildable=False)
     return built_in(name, gpu=False)
 

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from kscale.bench import analysis, report, runner, suite
-from kscale.bench.models import BUILT_IN, is_user_model
+from kscale.bench.models import BUILT_IN, defaults, is_user_model
 from kscale.errors import KScaleError
 
 DESCRIPTION = "Measure training throughput and scaling (synthetic data) and write a report."
@@ -82,6 +82,8 @@ def plan_from(args: argparse.Namespace, gpus: int) -> suite.Plan:
         models = tuple(args.models)
     else:
         models = ("mlp",) if args.quick else FULL_MODELS
+    for model in models:
+        defaults(model)  # an unknown name or a missing file: an error before any launch
     user = any(is_user_model(m) for m in models)
     if args.knobs is None:
         knobs: tuple[str, ...] = ("fp16 compression",) if (args.quick or user) else ()

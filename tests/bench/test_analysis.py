@@ -131,7 +131,7 @@ def test_report_files(tmp_path):
     assert Path(paths["scaling.png"]).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_plan_alternates_compared_settings_and_counts_its_launches():
+def test_the_plan_alternates_compared_settings_and_counts_its_launches(tmp_path):
     plan = suite.Plan(
         models=("mlp",), workers=(1, 2), backends=("single", "horovod"), repeats=3, knobs=("autotune",)
     )
@@ -140,7 +140,10 @@ def test_the_plan_alternates_compared_settings_and_counts_its_launches():
     assert [s.impl for s in groups[1]] == ["kscale", "horovod"]
     assert groups[2][0].timeline and groups[3][1].launcher_options == ("--autotune",)
     assert suite.count(plan) == 2 * 3 + 2 * 3 + 1 + 2 * 3
-    user = suite.Plan(models=("model.py:build",), workers=(1, 2), backends=("single",), batch_sizes=(8, 16))
+    (tmp_path / "model.py").write_text("def build():\n    pass\n")
+    user = suite.Plan(
+        models=(f"{tmp_path}/model.py:build",), workers=(1, 2), backends=("single",), batch_sizes=(8, 16)
+    )
     assert [g[0].batch for g in suite.settings(user)] == [8, 16]
     assert all(len(g) == 1 for g in suite.settings(user))  # no hand-written baseline of a user's model
 
