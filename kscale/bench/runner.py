@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kscale import frameworks
@@ -131,7 +131,7 @@ def processes(setting: Setting) -> int:
     return setting.workers if setting.backend in ("horovod", "multi_worker") else 1
 
 
-def run_one(setting: Setting, sizes: Sizes, threads: int, log: Callable[[str], None]) -> dict[str, Any]:
+def run_one(setting: Setting, sizes: Sizes, threads: int) -> dict[str, Any]:
     """Launch one setting; the chief's measurements, with the timeline's split when asked for."""
     with tempfile.TemporaryDirectory(prefix="kscale-bench-") as tmp:
         result = os.path.join(tmp, "result.json")

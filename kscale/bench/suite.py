@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -112,19 +113,14 @@ def run(plan: Plan, sizes: Sizes, log: Callable[[str], None] = print) -> list[di
                 for setting in group:
                     done += 1
                     log(f"[{done}/{total}] {setting.describe()} ...")
-                    result = run_one(setting, sizes, threads_for(setting, cores()), log)
+                    result = run_one(setting, sizes, threads_for(setting, cores()))
                     result["repeat"] = repeat
                     results.append(result)
                     elapsed = time.monotonic() - started
                     log(
-                        f"[{done}/{total}]   {_median(result['samples_per_s']):,.0f} samples/s "
+                        f"[{done}/{total}]   {statistics.median(result['samples_per_s']):,.0f} samples/s "
                         f"({elapsed:.0f} s so far, about {elapsed / done * (total - done):.0f} s to go)"
                     )
     if not results:
         raise BenchError("the plan has no settings to run: check --workers and --backends")
     return results
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
