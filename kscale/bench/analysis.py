@@ -9,7 +9,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from kscale.bench.runner import summary
+from kscale.bench.runner import IN_TURN, TIMELINE, summary
 
 #: Efficiency from which scaling counts as good (the per-replica batch recommendation looks for it).
 GOOD_EFFICIENCY = 0.9
@@ -42,7 +42,7 @@ def rows(results: list[dict]) -> list[dict]:
     out = []
     for key, runs in groups.items():
         model, backend, workers, batch, impl, variant = key
-        if variant == "timeline":
+        if variant in (TIMELINE, IN_TURN):
             continue
         throughput = summary(_throughput(runs))
         replicas = runs[0]["replicas"]
@@ -65,7 +65,7 @@ def rows(results: list[dict]) -> list[dict]:
         one = None if variant else groups.get(reference)
         if one:
             row["efficiency"] = throughput["median"] / (replicas * summary(_throughput(one))["median"])
-        timeline = groups.get((model, backend, workers, batch, impl, "timeline"))
+        timeline = groups.get((model, backend, workers, batch, impl, TIMELINE))
         if timeline and "communication_s_per_step" in timeline[0]:
             communication = timeline[0]["communication_s_per_step"]
             step = statistics.median(s for s in timeline[0]["iteration_s"]) / timeline[0]["batches_per_iter"]
@@ -97,6 +97,23 @@ def _ratio(groups: dict[Key, list[dict]], a: Key, b: Key) -> dict[str, Any] | No
     }
 
 
+def _in_turn_ratio(runs: list[dict]) -> dict[str, Any]:
+    """kscale against the hand-written script trained in turn in the same jobs: the ratio of the medians
+    over every round, and each round's ratio (kscale's epoch / the hand-written one next to it)."""
+    mine = [value for run in runs for value in run["samples_per_s"]]
+    theirs = [value for run in runs for value in run["in_turn"]["samples_per_s"]]
+    rounds = [a / b for run in runs for a, b in zip(run["samples_per_s"], run["in_turn"]["samples_per_s"])]
+    quartiles = statistics.quantiles(rounds, n=4, method="inclusive") if len(rounds) > 1 else [rounds[0]] * 3
+    return {
+        "ratio": statistics.median(mine) / statistics.median(theirs),
+        "rounds": rounds,
+        "rounds_quartiles": [quartiles[0], quartiles[2]],
+        "a_samples_per_s": statistics.median(mine),
+        "b_samples_per_s": statistics.median(theirs),
+        "command": runs[0]["command"],
+    }
+
+
 def baselines(results: list[dict]) -> list[dict]:
     """kscale's one line against the hand-written script, per model, backend and workers."""
     groups = pooled(results)
@@ -116,6 +133,9 @@ def baselines(results: list[dict]) -> list[dict]:
                 "hand_written": first[1],
                 "added": first[0] - first[1],
             }
+            in_turn = groups.get((model, backend, workers, batch, "kscale", IN_TURN))
+            if in_turn:
+                found["in_turn"] = _in_turn_ratio(in_turn)
             out.append(
                 {
                     "model": model,
@@ -135,7 +155,12 @@ def variants(results: list[dict], kind: str) -> list[dict]:
     out = []
     for model, backend, workers, batch, impl, variant in groups:
         records = groups[(model, backend, workers, batch, impl, variant)][0].get("records")
-        if not variant or variant == "timeline" or impl != "kscale" or (kind == "input") != bool(records):
+        if (
+            not variant
+            or variant in (TIMELINE, IN_TURN)
+            or impl != "kscale"
+            or (kind == "input") != bool(records)
+        ):
             continue
         if kind == "input" and variant != "files":
             continue

@@ -25,6 +25,9 @@ from kscale.errors import KScaleError
 
 #: The worker runs as a file (its docstring says why).
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+#: Variants that are not a setting of their own: a run recording Horovod's timeline, and kscale's model
+#: trained in turn with the hand-written script's in one job.
+TIMELINE, IN_TURN = "timeline", "in turn"
 #: Backend -> the hand-written script that does the same without kscale.
 HAND_WRITTEN = {"single": "keras", "mirrored": "tf", "horovod": "horovod", "multi_worker": "tf"}
 
@@ -53,9 +56,12 @@ class Setting:
     shard: str = "auto"
     #: Record a Horovod timeline and split step time into communication and the rest.
     timeline: bool = False
+    #: Also train this hand-written script's model in the same job, in turn with kscale's (worker --against).
+    against: str = ""
 
     def describe(self) -> str:
         who = "kscale" if self.impl == "kscale" else f"hand-written {self.impl}"
+        who += f" and hand-written {self.against} in turn" if self.against else ""
         extra = f", {self.variant}" if self.variant else ""
         return f"{self.model} {self.backend} x{self.workers} batch {self.batch} ({who}{extra})"
 
@@ -102,6 +108,8 @@ def command(setting: Setting, sizes: Sizes, result: str) -> list[str]:
     worker += ["--model", setting.model, "--batch", str(setting.batch), "--batches", str(setting.batches)]
     worker += ["--iters", str(sizes.iters), "--warmup", str(sizes.warmup), "--result", result]
     worker += [*setting.worker_options]
+    if setting.against:
+        worker += ["--against", setting.against]
     if setting.backend == "mirrored":
         worker += ["--replicas", str(setting.workers)]
     if sizes.gpu:

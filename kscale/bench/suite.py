@@ -2,7 +2,8 @@
 
 A setting and the one it is compared with (kscale and the hand-written script; a knob and the
 defaults; file and batch sharding) run alternately, `repeats` times each, so a slow minute on a shared
-machine falls on both sides of a ratio.
+machine falls on both sides of a ratio. kscale and the hand-written script are also trained in turn in
+one job (the worker's --against), which takes what differs between launches out of their ratio.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Callable, Iterator
 from kscale.bench import models
 from kscale.bench.runner import (
     HAND_WRITTEN,
+    IN_TURN,
+    TIMELINE,
     BenchError,
     Setting,
     Sizes,
@@ -73,8 +76,20 @@ def settings(plan: Plan, records: str | None = None) -> Iterator[list[Setting]]:
                     if plan.baselines and rebuildable:
                         group.append(Setting(model, backend, n, batch, steps, impl=HAND_WRITTEN[backend]))
                     yield group
+                    if plan.baselines and rebuildable:
+                        yield [
+                            Setting(
+                                model,
+                                backend,
+                                n,
+                                batch,
+                                steps,
+                                variant=IN_TURN,
+                                against=HAND_WRITTEN[backend],
+                            )
+                        ]
                     if plan.timeline and backend == "horovod":
-                        yield [Setting(model, backend, n, batch, steps, timeline=True, variant="timeline")]
+                        yield [Setting(model, backend, n, batch, steps, timeline=True, variant=TIMELINE)]
         batch = batch_sizes[0]
         first = model == plan.models[0]  # knobs and input sharding: measured on the first model
         if plan.knobs and "horovod" in plan.backends and most > 1 and first:
@@ -117,8 +132,12 @@ def run(plan: Plan, sizes: Sizes, log: Callable[[str], None] = print) -> list[di
                     result["repeat"] = repeat
                     results.append(result)
                     elapsed = time.monotonic() - started
+                    measured = f"{statistics.median(result['samples_per_s']):,.0f} samples/s"
+                    if "in_turn" in result:
+                        theirs = statistics.median(result["in_turn"]["samples_per_s"])
+                        measured += f", hand-written {theirs:,.0f}"
                     log(
-                        f"[{done}/{total}]   {statistics.median(result['samples_per_s']):,.0f} samples/s "
+                        f"[{done}/{total}]   {measured} "
                         f"({elapsed:.0f} s so far, about {elapsed / done * (total - done):.0f} s to go)"
                     )
     if not results:

@@ -10,12 +10,18 @@ script: hvd.init, GPU pinning, DistributedOptimizer, broadcast and metric callba
 (a hand-written tf.distribute script: the strategy's scope, the global batch), or `keras` (one process,
 no distribution). Every implementation trains the same model on the same synthetic data with `fit` for
 `--warmup + --iters` epochs of `--batches` steps, and the chief writes each epoch's wall time to `--result`.
+
+`--against IMPL` (with `--impl kscale`) also builds the hand-written script's model in the same job and
+trains the two in turn, one epoch each, `--iters` rounds: the ratio then compares epochs a few seconds
+apart on the same processes, free of what differs between launches (where the processes and their memory
+land on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -30,6 +36,7 @@ IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--impl", choices=IMPLEMENTATIONS, default="kscale")
+    p.add_argument("--against", choices=IMPLEMENTATIONS[1:], help="also train this one, in turn, same job")
     p.add_argument("--backend", default="single", help="single | mirrored | horovod | multi_worker")
     p.add_argument("--replicas", type=int, default=1, help="mirrored: replicas in this process")
     p.add_argument("--model", default="mlp")
@@ -53,25 +60,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class IterationTimer:
-    """Keras callback: the wall time of each epoch, from one epoch's start to the next (so the callbacks
-    that run at an epoch's end, Horovod's metric averaging included, count)."""
+    """Keras callback: the wall time of each epoch, from its start to the next epoch's start or the end of
+    `fit` (so the callbacks that run at an epoch's end, Horovod's metric averaging included, count), over
+    one `fit` or several."""
 
     def __init__(self, keras: Any):
         timer = self
 
         class _Callback(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):
-                timer.stamps.append(time.perf_counter())
+                timer._stop()
+                timer._started = time.perf_counter()
 
             def on_train_end(self, logs=None):
-                timer.stamps.append(time.perf_counter())
+                timer._stop()
 
-        self.stamps: list[float] = []
+        self.seconds: list[float] = []
+        #: When the first epoch ended (time.perf_counter()).
+        self.first_epoch_end: float | None = None
+        self._started: float | None = None
         self.callback = _Callback()
 
-    @property
-    def seconds(self) -> list[float]:
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
+    def _stop(self) -> None:
+        if self._started is not None:
+            now = time.perf_counter()
+            self.seconds.append(now - self._started)
+            self.first_epoch_end = self.first_epoch_end or now
+            self._started = None
 
 
 def _setup_tensorflow(args: argparse.Namespace) -> Any:
@@ -131,12 +146,25 @@ def write_records(args: argparse.Namespace, spec: Any, samples: int) -> None:
         json.dump(meta, f)
 
 
-# Each implementation: (args, spec, keras, data, timer) -> (chief?, replicas), having trained; data(N) is
-# the synthetic data of a job of N replicas (the arrays a user's script would load).
-Trainer = Callable[..., tuple[bool, int]]
+@dataclasses.dataclass
+class Job:
+    """A model made ready to train by one implementation: `fit(epochs, callbacks)` trains it on."""
+
+    fit: Callable[[int, list], None]
+    chief: bool
+    replicas: int
+    #: The model's tf.distribute strategy, if any.
+    strategy: Any = None
 
 
-def train_with_kscale(args, spec, keras, data, timer) -> tuple[bool, int]:
+# Each implementation: (args, spec, keras, data, strategy=None) -> Job; data(N) is the synthetic data of a
+# job of N replicas (the arrays a user's script would load); `strategy` is only for the tf script in turn
+# with kscale's multi_worker (two MultiWorkerMirroredStrategy objects in one process give their
+# collectives the same keys: their first broadcasts collide).
+Trainer = Callable[..., Job]
+
+
+def train_with_kscale(args, spec, keras, data, strategy=None) -> Job:
     import kscale
 
     model = spec.build(keras)
@@ -150,19 +178,23 @@ def train_with_kscale(args, spec, keras, data, timer) -> tuple[bool, int]:
     if args.backend == "horovod":
         options.update(compression=args.compression, backward_passes_per_step=args.backward_passes)
     model = kscale.distribute(model, **options)  # <- the one line
-    fit: dict[str, Any] = {"epochs": args.warmup + args.iters, "verbose": 0, "callbacks": [timer.callback]}
     if args.records:
         with open(os.path.join(args.records, "meta.json")) as f:
             meta = json.load(f)
-        data = _records_dataset(args, tuple(meta["x_shape"]), meta["x_dtype"], meta["y_dtype"])
-        model.fit(data, steps_per_epoch=args.batches, **fit)
+        records = _records_dataset(args, tuple(meta["x_shape"]), meta["x_dtype"], meta["y_dtype"])
+
+        def fit(epochs: int, callbacks: list) -> None:
+            model.fit(records, steps_per_epoch=args.batches, epochs=epochs, callbacks=callbacks, verbose=0)
     else:
         x, y = data(kscale.num_replicas())
-        model.fit(x, y, batch_size=args.batch, **fit)
-    return kscale.is_chief(), kscale.num_replicas()
+
+        def fit(epochs: int, callbacks: list) -> None:
+            model.fit(x, y, batch_size=args.batch, epochs=epochs, callbacks=callbacks, verbose=0)
+
+    return Job(fit, kscale.is_chief(), kscale.num_replicas(), getattr(model, "distribute_strategy", None))
 
 
-def train_with_horovod(args, spec, keras, data, timer) -> tuple[bool, int]:
+def train_with_horovod(args, spec, keras, data, strategy=None) -> Job:
     """What Horovod's Keras examples do."""
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
@@ -180,25 +212,27 @@ def train_with_horovod(args, spec, keras, data, timer) -> tuple[bool, int]:
         compile_args["optimizer"], compression=compression, backward_passes_per_step=args.backward_passes
     )
     model.compile(**compile_args)
-    callbacks = [
+    horovod_callbacks = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd.callbacks.MetricAverageCallback(),
-        timer.callback,
     ]
     x, y = data(hvd.size())
     shard = slice(hvd.rank(), None, hvd.size())
-    model.fit(
-        x[shard],
-        y[shard],
-        batch_size=args.batch,
-        epochs=args.warmup + args.iters,
-        callbacks=callbacks,
-        verbose=0,
-    )
-    return hvd.rank() == 0, hvd.size()
+
+    def fit(epochs: int, callbacks: list) -> None:
+        model.fit(
+            x[shard],
+            y[shard],
+            batch_size=args.batch,
+            epochs=epochs,
+            callbacks=[*horovod_callbacks, *callbacks],
+            verbose=0,
+        )
+
+    return Job(fit, hvd.rank() == 0, hvd.size())
 
 
-def train_with_tf_distribute(args, spec, keras, data, timer) -> tuple[bool, int]:
+def train_with_tf_distribute(args, spec, keras, data, strategy=None) -> Job:
     """What TensorFlow's distributed Keras tutorials do: build and compile in the strategy's scope, fit with
     the global batch (Keras splits it over replicas and auto-shards the data over workers)."""
     import tensorflow as tf
@@ -208,29 +242,34 @@ def train_with_tf_distribute(args, spec, keras, data, timer) -> tuple[bool, int]
     else:
         task = json.loads(os.environ["TF_CONFIG"])["task"]
         gpus = tf.config.list_physical_devices("GPU")
-        if gpus:  # several workers on one host: one GPU each
-            tf.config.set_visible_devices(gpus[task["index"] % len(gpus)], "GPU")
-        strategy, chief = tf.distribute.MultiWorkerMirroredStrategy(), task["index"] == 0
+        if strategy is None:
+            if gpus:  # several workers on one host: one GPU each
+                tf.config.set_visible_devices(gpus[task["index"] % len(gpus)], "GPU")
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        chief = task["index"] == 0
     replicas = strategy.num_replicas_in_sync
     with strategy.scope():
         model = spec.build(keras)
         model.compile(**spec.compile_args(keras, replicas))
-    epochs = args.warmup + args.iters
     x, y = data(replicas)
-    model.fit(x, y, batch_size=args.batch * replicas, epochs=epochs, callbacks=[timer.callback], verbose=0)
-    return chief, replicas
+
+    def fit(epochs: int, callbacks: list) -> None:
+        model.fit(x, y, batch_size=args.batch * replicas, epochs=epochs, callbacks=callbacks, verbose=0)
+
+    return Job(fit, chief, replicas)
 
 
-def train_with_keras(args, spec, keras, data, timer) -> tuple[bool, int]:
+def train_with_keras(args, spec, keras, data, strategy=None) -> Job:
     """Plain Keras in one process: the reference the single backend is compared with."""
     model = spec.build(keras)
     if spec.rebuildable:
         model.compile(**spec.compile_args(keras, 1.0))
     x, y = data(1)
-    model.fit(
-        x, y, batch_size=args.batch, epochs=args.warmup + args.iters, callbacks=[timer.callback], verbose=0
-    )
-    return True, 1
+
+    def fit(epochs: int, callbacks: list) -> None:
+        model.fit(x, y, batch_size=args.batch, epochs=epochs, callbacks=callbacks, verbose=0)
+
+    return Job(fit, True, 1)
 
 
 TRAINERS: dict[str, Trainer] = {
@@ -261,28 +300,48 @@ def main(argv: list[str] | None = None) -> dict | None:
     def data(replicas: int) -> tuple[Any, Any]:
         return spec.data(args.batches * args.batch * replicas, np.random.default_rng(args.seed))
 
-    timer = IterationTimer(keras)
-    chief, replicas = TRAINERS[args.impl](args, spec, keras, data, timer)
-    seconds = timer.seconds[args.warmup :]
-    step = sorted(seconds)[len(seconds) // 2] / args.batches
+    job, timer = TRAINERS[args.impl](args, spec, keras, data), IterationTimer(keras)
+    if args.against:
+        shared = job.strategy if args.backend == "multi_worker" else None
+        other, other_timer = TRAINERS[args.against](args, spec, keras, data, shared), IterationTimer(keras)
+        job.fit(args.warmup, [timer.callback])
+        other.fit(args.warmup, [other_timer.callback])
+        for round_ in range(args.iters):  # in turn, each going first every other round
+            turns = [(job, timer), (other, other_timer)]
+            for trainer, its_timer in turns if round_ % 2 == 0 else reversed(turns):
+                trainer.fit(1, [its_timer.callback])
+    else:
+        job.fit(args.warmup + args.iters, [timer.callback])
     result = {
         "impl": args.impl,
         "backend": args.backend,
         "model": args.model,
-        "replicas": replicas,
+        "replicas": job.replicas,
         "per_replica_batch": args.batch,
         "batches_per_iter": args.batches,
-        "iteration_s": seconds,
-        "samples_per_s": [args.batch * replicas * args.batches / s for s in seconds],
-        # From the process's start (before any import) to the end of the first training step: the end of
-        # the untimed first iteration less its other steps at the timed rate.
-        "first_step_s": timer.stamps[1] - STARTED - (args.batches - 1) * step,
+        **_timings(args, timer, job.replicas),
     }
-    if chief and args.result:
+    if args.against:
+        theirs = _timings(args, other_timer, other.replicas)
+        del theirs["first_step_s"]  # built after kscale's model trained: says nothing
+        result["in_turn"] = {"impl": args.against, **theirs}
+    if job.chief and args.result:
         with open(args.result + ".tmp", "w") as f:
             json.dump(result, f)
         os.replace(args.result + ".tmp", args.result)
     return result
+
+
+def _timings(args: argparse.Namespace, timer: IterationTimer, replicas: int) -> dict[str, Any]:
+    seconds = timer.seconds[args.warmup :]
+    step = sorted(seconds)[len(seconds) // 2] / args.batches
+    return {
+        "iteration_s": seconds,
+        "samples_per_s": [args.batch * replicas * args.batches / s for s in seconds],
+        # From the process's start (before any import) to the end of the first training step: the end of
+        # the untimed first iteration less its other steps at the timed rate.
+        "first_step_s": timer.first_epoch_end - STARTED - (args.batches - 1) * step,
+    }
 
 
 def _shape(text: str | None) -> tuple[int, ...] | None:

@@ -63,13 +63,19 @@ def _results() -> list[dict]:
         ),
         _run(mirrored, [1200, 1200]),
         _run(fp16, [1980, 1980]),
+        # kscale's model and the hand-written one trained in turn in one job: rounds 0.95 and 0.90
+        _run(
+            Setting("mlp", "horovod", 2, 32, 10, variant=runner.IN_TURN, against="horovod"),
+            [1900, 1800],
+            in_turn={"impl": "horovod", "samples_per_s": [2000, 2000], "iteration_s": [0.32, 0.32]},
+        ),
     ]
 
 
 def test_efficiency_ratios_knobs_and_recommendation():
     found = analysis.analyse(_results())
     rows = {(r["backend"], r["impl"], r["variant"]): r for r in found["rows"]}
-    assert ("horovod", "kscale", "timeline") not in rows
+    assert ("horovod", "kscale", "timeline") not in rows and ("horovod", "kscale", "in turn") not in rows
     horovod = rows[("horovod", "kscale", "")]
     assert horovod["efficiency"] == pytest.approx(1800 / (2 * 1000))
     assert horovod["per_replica_samples_per_s"] == pytest.approx(900)
@@ -80,6 +86,10 @@ def test_efficiency_ratios_knobs_and_recommendation():
     ratios = {b["backend"]: b["ratio"] for b in found["baselines"]}
     assert all(b["first_step_s"]["added"] == pytest.approx(0.5) for b in found["baselines"])
     assert ratios == {"single": pytest.approx(1.0), "horovod": pytest.approx(0.9)}
+    in_turn = {b["backend"]: b.get("in_turn") for b in found["baselines"]}
+    assert in_turn["single"] is None
+    assert in_turn["horovod"]["ratio"] == pytest.approx(1850 / 2000)
+    assert in_turn["horovod"]["rounds"] == pytest.approx([0.95, 0.9])
     [knob] = found["knobs"]
     assert knob["variant"] == "fp16 compression" and knob["ratio"] == pytest.approx(1.1)
     [advice] = found["recommendations"]
@@ -126,7 +136,8 @@ def test_report_files(tmp_path):
     paths = report.write(full, str(tmp_path))
     markdown = (tmp_path / "results.md").read_text()
     assert "| mlp | horovod | 2 | 32 | 1,800 ± 0 | 900 | 90% |" in markdown
-    assert "**0.900**" in markdown and "fp16 compression" in markdown and "scale-out (horovod)" in markdown
+    assert "| 0.900 | 0.900 | **0.925** | 0.913-0.937 |" in markdown and "| single | 1 | keras |" in markdown
+    assert "fp16 compression" in markdown and "scale-out (horovod)" in markdown
     assert json.loads((tmp_path / "results.json").read_text())["analysis"]["baselines"]
     assert Path(paths["scaling.png"]).read_bytes()[:4] == b"\x89PNG"
 
@@ -136,10 +147,14 @@ def test_the_plan_alternates_compared_settings_and_counts_its_launches(tmp_path)
         models=("mlp",), workers=(1, 2), backends=("single", "horovod"), repeats=3, knobs=("autotune",)
     )
     groups = list(suite.settings(plan))
-    assert [len(g) for g in groups] == [2, 2, 1, 2]
-    assert [s.impl for s in groups[1]] == ["kscale", "horovod"]
-    assert groups[2][0].timeline and groups[3][1].launcher_options == ("--autotune",)
-    assert suite.count(plan) == 2 * 3 + 2 * 3 + 1 + 2 * 3
+    assert [len(g) for g in groups] == [2, 1, 2, 1, 1, 2]
+    assert [s.impl for s in groups[2]] == ["kscale", "horovod"]
+    assert [(s.impl, s.against) for s in groups[1] + groups[3]] == [
+        ("kscale", "keras"),
+        ("kscale", "horovod"),
+    ]
+    assert groups[4][0].timeline and groups[5][1].launcher_options == ("--autotune",)
+    assert suite.count(plan) == 2 * 3 + 3 + 2 * 3 + 3 + 1 + 2 * 3
     (tmp_path / "model.py").write_text("def build():\n    pass\n")
     user = suite.Plan(
         models=(f"{tmp_path}/model.py:build",), workers=(1, 2), backends=("single",), batch_sizes=(8, 16)
@@ -156,5 +171,7 @@ def test_launch_commands_use_the_real_launchers():
         Setting("mlp", "multi_worker", 4, 32, launcher_options=("--autotune",)), sizes, "r.json"
     )
     assert mine[1:9] == ["-m", "kscale.cli", "run", "--autotune", "--engine", "tf", "-np", "4"]
+    in_turn = runner.command(Setting("mlp", "horovod", 2, 32, against="horovod"), sizes, "r.json")
+    assert in_turn[3:5] == ["run", "--engine"] and in_turn[-2:] == ["--against", "horovod"]
     mirrored = runner.command(Setting("mlp", "mirrored", 2, 32), sizes, "r.json")
     assert mirrored[1] == runner.WORKER and mirrored[-2:] == ["--replicas", "2"]

@@ -61,6 +61,9 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, w
         ("multi_worker", "tf"),
     }
     assert all(_positive(b["ratio"]) and len(b["pairs"]) == 1 for b in baselines.values())
+    for in_turn in (b["in_turn"] for b in baselines.values()):  # trained in turn in one job
+        assert _positive(in_turn["ratio"]) and len(in_turn["rounds"]) >= 2
+        assert all(_positive(r) for r in in_turn["rounds"] + in_turn["rounds_quartiles"])
     assert all(
         _positive(b["first_step_s"][who]) for b in baselines.values() for who in ("kscale", "hand_written")
     )
