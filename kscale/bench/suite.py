@@ -98,11 +98,17 @@ def settings(plan: Plan, records: str | None = None) -> Iterator[list[Setting]]:
                 if label in plan.knobs:
                     variant = Setting(model, "horovod", most, batch, steps, "kscale", worker, launcher, label)
                     yield [default, variant]
-        if plan.input_sharding and records and most > 1 and first:
-            for backend in ("horovod", "multi_worker"):
-                if backend in plan.backends:
-                    files = Setting(model, backend, most, batch, steps, variant="files", records=records)
-                    yield [files, dataclasses.replace(files, variant="batches", shard="data")]
+        if records and first:
+            for backend in _sharding_backends(plan):
+                files = Setting(model, backend, most, batch, steps, variant="files", records=records)
+                yield [files, dataclasses.replace(files, variant="batches", shard="data")]
+
+
+def _sharding_backends(plan: Plan) -> list[str]:
+    """The backends input sharding is measured on: several processes, each reading its part."""
+    if not plan.input_sharding or max(plan.workers) < 2:
+        return []
+    return [backend for backend in ("horovod", "multi_worker") if backend in plan.backends]
 
 
 def count(plan: Plan) -> int:
@@ -116,7 +122,7 @@ def run(plan: Plan, sizes: Sizes, log: Callable[[str], None] = print) -> list[di
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kscale-bench-records-") as tmp:
         records = None
-        if plan.input_sharding and max(plan.workers) > 1:
+        if _sharding_backends(plan):
             records = os.path.join(tmp, "records")
             defaults = models.defaults(plan.models[0])
             samples = (plan.batches or defaults.batches) * (plan.batch_sizes or (defaults.batch,))[0]

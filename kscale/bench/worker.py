@@ -212,10 +212,9 @@ def train_with_horovod(args, spec, keras, data, strategy=None) -> Job:
         compile_args["optimizer"], compression=compression, backward_passes_per_step=args.backward_passes
     )
     model.compile(**compile_args)
-    horovod_callbacks = [
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-        hvd.callbacks.MetricAverageCallback(),
-    ]
+    horovod_callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
+    if not _keras3_beside(keras):  # there Horovod's MetricAverageCallback fails: a user goes without it
+        horovod_callbacks.append(hvd.callbacks.MetricAverageCallback())
     x, y = data(hvd.size())
     shard = slice(hvd.rank(), None, hvd.size())
 
@@ -230,6 +229,12 @@ def train_with_horovod(args, spec, keras, data, strategy=None) -> Job:
         )
 
     return Job(fit, hvd.rank() == 0, hvd.size())
+
+
+def _keras3_beside(keras: Any) -> bool:
+    """tf_keras trains (TensorFlow 2.16+ with TF_USE_LEGACY_KERAS=1) while the `keras` package is Keras 3,
+    which Horovod's MetricAverageCallback imports and fails with."""
+    return keras.__name__.split(".")[0] == "tf_keras"
 
 
 def train_with_tf_distribute(args, spec, keras, data, strategy=None) -> Job:
