@@ -71,6 +71,8 @@ class Sizes:
     """How long each launch measures, and what every launch shares."""
 
     iters: int = 5
+    #: Rounds of a launch that trains kscale's model and the hand-written one in turn (one epoch each).
+    rounds: int = 15
     warmup: int = 1
     gpu: bool = False
     mixed_precision: bool = False
@@ -106,7 +108,8 @@ def command(setting: Setting, sizes: Sizes, result: str) -> list[str]:
     """The launch: the launcher its users would use, then the worker with this setting's options."""
     worker = [sys.executable, WORKER, "--impl", setting.impl, "--backend", setting.backend]
     worker += ["--model", setting.model, "--batch", str(setting.batch), "--batches", str(setting.batches)]
-    worker += ["--iters", str(sizes.iters), "--warmup", str(sizes.warmup), "--result", result]
+    iters = sizes.rounds if setting.against else sizes.iters
+    worker += ["--iters", str(iters), "--warmup", str(sizes.warmup), "--result", result]
     worker += [*setting.worker_options]
     if setting.against:
         worker += ["--against", setting.against]

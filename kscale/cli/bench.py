@@ -50,6 +50,12 @@ def bench_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--iters", type=int, help="timed iterations per launch (default 5; --quick 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        help="kscale and the hand-written script trained in turn in one job: rounds per launch (default 15; "
+        "--quick 3)",
+    )
+    parser.add_argument(
         "--repeats", type=int, help="launches of each setting, alternating (default 2; --quick 1)"
     )
     parser.add_argument("--no-baselines", action="store_true", help="skip the hand-written scripts")
@@ -114,6 +120,7 @@ def bench_command(args: argparse.Namespace) -> int:
         plan = plan_from(args, gpus)
         sizes = runner.Sizes(
             iters=args.iters or (3 if args.quick else 5),
+            rounds=args.rounds or (3 if args.quick else 15),
             warmup=args.warmup,
             gpu=gpus > 0,
             mixed_precision=args.mixed_precision,

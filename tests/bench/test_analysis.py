@@ -173,5 +173,6 @@ def test_launch_commands_use_the_real_launchers():
     assert mine[1:9] == ["-m", "kscale.cli", "run", "--autotune", "--engine", "tf", "-np", "4"]
     in_turn = runner.command(Setting("mlp", "horovod", 2, 32, against="horovod"), sizes, "r.json")
     assert in_turn[3:5] == ["run", "--engine"] and in_turn[-2:] == ["--against", "horovod"]
+    assert in_turn[in_turn.index("--iters") + 1] == str(sizes.rounds) != str(sizes.iters)  # rounds in one job
     mirrored = runner.command(Setting("mlp", "mirrored", 2, 32), sizes, "r.json")
     assert mirrored[1] == runner.WORKER and mirrored[-2:] == ["--replicas", "2"]
