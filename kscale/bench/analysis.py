@@ -100,8 +100,7 @@ def _ratio(groups: dict[Key, list[dict]], a: Key, b: Key) -> dict[str, Any] | No
 def _in_turn_ratio(runs: list[dict]) -> dict[str, Any]:
     """kscale against the hand-written script trained in turn in the same jobs: the ratio of the medians
     over every round, and each round's ratio (kscale's epoch / the hand-written one next to it)."""
-    mine = [value for run in runs for value in run["samples_per_s"]]
-    theirs = [value for run in runs for value in run["in_turn"]["samples_per_s"]]
+    mine, theirs = _throughput(runs), _throughput([run["in_turn"] for run in runs])
     rounds = [a / b for run in runs for a, b in zip(run["samples_per_s"], run["in_turn"]["samples_per_s"])]
     quartiles = statistics.quantiles(rounds, n=4, method="inclusive") if len(rounds) > 1 else [rounds[0]] * 3
     return {

@@ -39,6 +39,7 @@ KNOBS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("cycle time 5 ms", (), ("--cycle-time-ms", "5")),
     ("autotune", (), ("--autotune",)),
 )
+KNOB_LABELS = tuple(label for label, _, _ in KNOBS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,22 +73,13 @@ def settings(plan: Plan, records: str | None = None) -> Iterator[list[Setting]]:
                 for backend in plan.backends:
                     if (n == 1) != (backend == "single"):
                         continue
-                    group = [Setting(model, backend, n, batch, steps)]
+                    mine = Setting(model, backend, n, batch, steps)
                     if plan.baselines and rebuildable:
-                        group.append(Setting(model, backend, n, batch, steps, impl=HAND_WRITTEN[backend]))
-                    yield group
-                    if plan.baselines and rebuildable:
-                        yield [
-                            Setting(
-                                model,
-                                backend,
-                                n,
-                                batch,
-                                steps,
-                                variant=IN_TURN,
-                                against=HAND_WRITTEN[backend],
-                            )
-                        ]
+                        hand_written = HAND_WRITTEN[backend]
+                        yield [mine, dataclasses.replace(mine, impl=hand_written)]
+                        yield [dataclasses.replace(mine, variant=IN_TURN, against=hand_written)]
+                    else:
+                        yield [mine]
                     if plan.timeline and backend == "horovod":
                         yield [Setting(model, backend, n, batch, steps, timeline=True, variant=TIMELINE)]
         batch = batch_sizes[0]

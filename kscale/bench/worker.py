@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -246,8 +247,8 @@ def train_with_tf_distribute(args, spec, keras, data, strategy=None) -> Job:
         strategy, chief = tf.distribute.MirroredStrategy(_mirrored_devices(tf, args.replicas)), True
     else:
         task = json.loads(os.environ["TF_CONFIG"])["task"]
-        gpus = tf.config.list_physical_devices("GPU")
         if strategy is None:
+            gpus = tf.config.list_physical_devices("GPU")
             if gpus:  # several workers on one host: one GPU each
                 tf.config.set_visible_devices(gpus[task["index"] % len(gpus)], "GPU")
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         write_records(args, spec, args.batches * args.batch)
         return None
 
+    @functools.cache  # one set of arrays, shared by kscale's model and the hand-written one (--against)
     def data(replicas: int) -> tuple[Any, Any]:
         return spec.data(args.batches * args.batch * replicas, np.random.default_rng(args.seed))
 

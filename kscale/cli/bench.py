@@ -62,8 +62,7 @@ def bench_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--knobs",
         nargs="*",
-        help="Horovod knobs to measure (no value: all of them): "
-        + "; ".join(label for label, _, _ in suite.KNOBS),
+        help="Horovod knobs to measure (no value: all of them): " + "; ".join(suite.KNOB_LABELS),
     )
     parser.add_argument(
         "--input-sharding",
@@ -94,12 +93,10 @@ def plan_from(args: argparse.Namespace, gpus: int) -> suite.Plan:
     if args.knobs is None:
         knobs: tuple[str, ...] = ("fp16 compression",) if (args.quick or user) else ()
     else:
-        knobs = tuple(args.knobs) or tuple(label for label, _, _ in suite.KNOBS)
-    unknown = set(knobs) - {label for label, _, _ in suite.KNOBS}
+        knobs = tuple(args.knobs) or suite.KNOB_LABELS
+    unknown = set(knobs) - set(suite.KNOB_LABELS)
     if unknown:
-        raise runner.BenchError(
-            f"unknown knob(s) {sorted(unknown)}: use {'; '.join(label for label, _, _ in suite.KNOBS)}"
-        )
+        raise runner.BenchError(f"unknown knob(s) {sorted(unknown)}: use {'; '.join(suite.KNOB_LABELS)}")
     batch_sizes = args.batch_sizes or ((16, 32, 64) if user else None)
     return suite.Plan(
         models=models,
