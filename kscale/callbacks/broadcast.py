@@ -1,4 +1,4 @@
-"""Broadcast the model's weights (and, after the first step, the optimizer's state) from rank 0."""
+"""Broadcast the model's weights and the optimizer's state from rank 0 when training starts."""
 
 from __future__ import annotations
 
@@ -17,25 +17,28 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
 
     Horovod 0.28's callback broadcasts only at the end of the first batch (so step one runs from
     different weights on each rank) and calls `optimizer.variables()`, a list property on the new Keras
-    optimizers. This one broadcasts the model's variables before the first step and the optimizer's
-    slots (which exist only after a step) once, after the first batch.
+    optimizers. This one broadcasts, at the start of every `fit`, the model's variables and the
+    optimizer's that exist, so a later `fit` starts equal even if a rank changed its state in between;
+    slots the first step creates are broadcast once, after that step. (Broadcasting the slots after the
+    first batch of every `fit` put 20-30 ms in each epoch of MobileNetV2 on 2 CPU workers, 2% of one.)
     """
 
     def __init__(self, root_rank: int = 0):
         super().__init__()
         self.root_rank = root_rank
-        self._optimizer_done = False
+        #: How many optimizer variables the start of this fit broadcast (None: checked after step one).
+        self._optimizer_sent: int | None = None
 
     def on_train_begin(self, logs=None):
         hvd = _optional.horovod_tensorflow()
-        hvd.broadcast_variables(self.model.variables, root_rank=self.root_rank)
-        self._optimizer_done = False
+        optimizer = _optimizer_variables(self.model.optimizer)
+        hvd.broadcast_variables([*self.model.variables, *optimizer], root_rank=self.root_rank)
+        self._optimizer_sent = len(optimizer)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._optimizer_done:
+        if self._optimizer_sent is None:
             return
-        hvd = _optional.horovod_tensorflow()
         variables = _optimizer_variables(self.model.optimizer)
-        if variables:
-            hvd.broadcast_variables(variables, root_rank=self.root_rank)
-        self._optimizer_done = True
+        if len(variables) > self._optimizer_sent:  # slots made by the first step
+            _optional.horovod_tensorflow().broadcast_variables(variables, root_rank=self.root_rank)
+        self._optimizer_sent = None

@@ -65,6 +65,7 @@ def test_horovod_two_workers_match_one_process_with_double_batch(horovodrun, ref
     _assert_same_on_both_ranks(rank0, rank1)
     _assert_matches(rank1, reference)
     _assert_warmup_ramps_from_single_to_scaled_rate(rank0)
+    assert _max_diff(rank0["second_fit"]["final"], rank1["second_fit"]["final"]) == 0.0
     # fp16 compression with 2 backward passes per allreduce: one averaged update per 2 batches, like
     # one process at batch 4b and lr 2η (to fp16 precision), and the ranks stay in step.
     accumulated = rank0["fp16_accumulate"]["final"]

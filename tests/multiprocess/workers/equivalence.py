@@ -128,6 +128,19 @@ else:
             "plan": trained.kscale_plan.describe(),
             "learning_rates": rates.applied,
         }
+    if mode == "horovod":
+        # A second fit, after rank 1's weights and momentum were changed: both are broadcast before its
+        # first step, so the ranks end equal.
+        net = build(seed=1)
+        net.compile(optimizer=tf.keras.optimizers.SGD(LR, momentum=0.9), loss="mse")
+        trained = kscale.distribute(net)
+        trained.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        if rank == 1:
+            for variable in [*trained.variables, *trained.optimizer.variables]:
+                if variable.dtype.is_floating:
+                    variable.assign(variable + 0.5)
+        trained.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        result["second_fit"] = {"final": weights(trained)}
     if mode == "mirrored":
         with kscale.scope(**options):
             net = TwoDense()
