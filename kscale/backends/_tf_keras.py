@@ -58,9 +58,10 @@ class TFKerasBackend(Backend):
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         return model_rebuild.clone_optimizer(optimizer, learning_rate)
 
-    def rebuild_in(self, model: Any, owner: Any) -> Any:
-        """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights."""
-        return model_rebuild.rebuild_in_scope(model, owner)
+    def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
+        """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights (or
+        `weights`)."""
+        return model_rebuild.rebuild_in_scope(model, owner, weights)
 
     def fresh_compile_args(self, args: dict) -> dict:
         return model_rebuild.clone_compile_args(args)

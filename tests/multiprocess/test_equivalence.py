@@ -97,3 +97,7 @@ def test_multi_worker_two_processes_match_one_process_with_double_batch(
     _assert_matches(rank0, reference)
     _assert_matches(rank1, reference)
     _assert_warmup_ramps_from_single_to_scaled_rate(rank0)
+    # Built inside kscale.scope(), then given other weights on rank 1: not rebuilt, broadcast from rank 0.
+    for scoped in (rank0["scoped_subclassed"], rank1["scoped_subclassed"]):
+        assert scoped["same_object"] and scoped["iterations"] == 16
+        assert _max_diff(scoped["final"], reference["final"]) < TOLERANCE

@@ -141,11 +141,11 @@ else:
                     variable.assign(variable + 0.5)
         trained.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
         result["second_fit"] = {"final": weights(trained)}
-    if mode == "mirrored":
+    if mode in ("mirrored", "multi_worker"):
         with kscale.scope(**options):
             net = TwoDense()
             net(np.zeros((1, 5), "float32"))
-        net.set_weights(build(seed=1).get_weights())
+        net.set_weights(build(seed=1 if rank == 0 else 99).get_weights())  # rank 1: the broadcast fixes it
         net.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
         trained = kscale.distribute(net, **options)
         trained.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
