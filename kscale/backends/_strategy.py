@@ -163,7 +163,7 @@ def first_replica_arrays(strategy: tf.distribute.Strategy, arrays: list[np.ndarr
     out = list(arrays)
     by_dtype: dict[np.dtype, list[int]] = {}
     for i, array in enumerate(arrays):
-        if np.issubdtype(array.dtype, np.floating):
+        if tf.as_dtype(array.dtype).is_floating:  # bfloat16 too, which numpy does not count as a float
             by_dtype.setdefault(array.dtype, []).append(i)
 
     def first_replica_sum(packed: tf.Tensor) -> tf.Tensor:

@@ -17,6 +17,7 @@ def test_first_replica_arrays_unpacks_every_array_as_it_was():
         np.zeros((0, 2), "float32"),
         rng.normal(size=(2, 2, 2)).astype("float16"),
         rng.normal(size=(7,)).astype("float32"),
+        tf.constant([1.5, -2.0], tf.bfloat16).numpy(),
     ]
     out = first_replica_arrays(tf.distribute.MirroredStrategy(["CPU:0"]), arrays)
     assert len(out) == len(arrays)
