@@ -104,8 +104,9 @@ def gpu_count() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
-def command(setting: Setting, sizes: Sizes, result: str) -> list[str]:
-    """The launch: the launcher its users would use, then the worker with this setting's options."""
+def command(setting: Setting, sizes: Sizes, result: str, repeat: int = 0) -> list[str]:
+    """The launch: the launcher its users would use, then the worker with this setting's options. Launches
+    of kscale and a hand-written script in one job alternate which model is built first (`repeat`)."""
     worker = [sys.executable, WORKER, "--impl", setting.impl, "--backend", setting.backend]
     worker += ["--model", setting.model, "--batch", str(setting.batch), "--batches", str(setting.batches)]
     iters = sizes.rounds if setting.against else sizes.iters
@@ -113,6 +114,8 @@ def command(setting: Setting, sizes: Sizes, result: str) -> list[str]:
     worker += [*setting.worker_options]
     if setting.against:
         worker += ["--against", setting.against]
+        if repeat % 2 and setting.backend != "multi_worker":
+            worker.append("--against-first")
     if setting.backend == "mirrored":
         worker += ["--replicas", str(setting.workers)]
     if sizes.gpu:
@@ -142,7 +145,7 @@ def processes(setting: Setting) -> int:
     return setting.workers if setting.backend in ("horovod", "multi_worker") else 1
 
 
-def run_one(setting: Setting, sizes: Sizes, threads: int) -> dict[str, Any]:
+def run_one(setting: Setting, sizes: Sizes, threads: int, repeat: int = 0) -> dict[str, Any]:
     """Launch one setting; the chief's measurements, with the timeline's split when asked for."""
     with tempfile.TemporaryDirectory(prefix="kscale-bench-") as tmp:
         result = os.path.join(tmp, "result.json")
@@ -152,7 +155,7 @@ def run_one(setting: Setting, sizes: Sizes, threads: int) -> dict[str, Any]:
         timeline = os.path.join(tmp, "timeline.json")
         if setting.timeline:
             env["HOROVOD_TIMELINE"] = timeline
-        argv = command(setting, sizes, result)
+        argv = command(setting, sizes, result, repeat)
         try:
             done = subprocess.run(
                 argv, env=env, capture_output=True, text=True, timeout=sizes.timeout, stdin=subprocess.DEVNULL

@@ -126,7 +126,7 @@ def run(plan: Plan, sizes: Sizes, log: Callable[[str], None] = print) -> list[di
                 for setting in group:
                     done += 1
                     log(f"[{done}/{total}] {setting.describe()} ...")
-                    result = run_one(setting, sizes, threads_for(setting, cores()))
+                    result = run_one(setting, sizes, threads_for(setting, cores()), repeat)
                     result["repeat"] = repeat
                     results.append(result)
                     elapsed = time.monotonic() - started

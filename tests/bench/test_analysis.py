@@ -174,5 +174,10 @@ def test_launch_commands_use_the_real_launchers():
     in_turn = runner.command(Setting("mlp", "horovod", 2, 32, against="horovod"), sizes, "r.json")
     assert in_turn[3:5] == ["run", "--engine"] and in_turn[-2:] == ["--against", "horovod"]
     assert in_turn[in_turn.index("--iters") + 1] == str(sizes.rounds) != str(sizes.iters)  # rounds in one job
+    # Every other launch builds the hand-written model first; not under multi_worker (shared strategy).
+    second = runner.command(Setting("mlp", "horovod", 2, 32, against="horovod"), sizes, "r.json", repeat=1)
+    assert second[-1] == "--against-first" and "--against-first" not in in_turn
+    shared = runner.command(Setting("mlp", "multi_worker", 2, 32, against="tf"), sizes, "r.json", repeat=1)
+    assert "--against-first" not in shared
     mirrored = runner.command(Setting("mlp", "mirrored", 2, 32), sizes, "r.json")
     assert mirrored[1] == runner.WORKER and mirrored[-2:] == ["--replicas", "2"]
