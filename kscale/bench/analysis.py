@@ -5,6 +5,7 @@ recommendation for the model.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -15,6 +16,8 @@ from kscale.bench.runner import IN_TURN, TIMELINE, summary
 GOOD_EFFICIENCY = 0.9
 #: A knob is recommended when it gains at least this much (smaller differences are within the noise).
 CLEAR_GAIN = 1.05
+#: Resamples behind the one-job ratio's 95% interval (seeded: the same results give the same report).
+BOOTSTRAP_RESAMPLES = 2000
 
 Key = tuple  # (model, backend, workers, batch, impl, variant)
 
@@ -105,12 +108,26 @@ def _in_turn_ratio(runs: list[dict]) -> dict[str, Any]:
     quartiles = statistics.quantiles(rounds, n=4, method="inclusive") if len(rounds) > 1 else [rounds[0]] * 3
     return {
         "ratio": statistics.median(mine) / statistics.median(theirs),
+        "interval_95": bootstrap_interval(list(zip(mine, theirs))),
         "rounds": rounds,
         "rounds_quartiles": [quartiles[0], quartiles[2]],
         "a_samples_per_s": statistics.median(mine),
         "b_samples_per_s": statistics.median(theirs),
         "command": runs[0]["command"],
     }
+
+
+def bootstrap_interval(pairs: list[tuple[float, float]], resamples: int = BOOTSTRAP_RESAMPLES) -> list[float]:
+    """A 95% percentile-bootstrap interval of median(a) / median(b) over rounds of (a, b) throughputs:
+    whole rounds are resampled, so each keeps its pairing (both sides trained at the same minute). How far
+    a ratio can move by chance on this machine: a ratio under 0.98 whose interval reaches above it is not
+    evidence of a cost."""
+    draw = random.Random(0)
+    ratios = sorted(
+        statistics.median(a for a, _ in sample) / statistics.median(b for _, b in sample)
+        for sample in (draw.choices(pairs, k=len(pairs)) for _ in range(resamples))
+    )
+    return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
 
 
 def baselines(results: list[dict]) -> list[dict]:

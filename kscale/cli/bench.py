@@ -3,6 +3,7 @@
     kscale bench --quick --output runs/bench                 # a minute: the MLP on 1 and 2 workers
     kscale bench                                             # MLP, LSTM, a CNN and a BERT encoder
     kscale bench --model my_model.py:build --input-shape 24,1  # your model, and a recommendation
+    kscale bench --reanalyse runs/bench/results.json --output runs/bench  # the report again, nothing run
 
 Every backend this stack runs (single, mirrored, horovod, multi_worker) is launched for each worker
 count through the real launchers, next to hand-written Horovod and tf.distribute scripts of the same
@@ -14,6 +15,7 @@ knobs and the machine it ran on.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -71,6 +73,12 @@ def bench_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--mixed-precision", action="store_true", help="Keras' mixed_float16 policy")
     parser.add_argument("--timeout", type=int, default=600, help="seconds one launch may take (default 600)")
+    parser.add_argument(
+        "--reanalyse",
+        metavar="RESULTS_JSON",
+        help="measure nothing: write the report of an earlier run again from its results.json, with this "
+        "kscale's analysis, to --output",
+    )
     parser.set_defaults(func=bench_command, argv=None)
     return parser
 
@@ -111,35 +119,23 @@ def plan_from(args: argparse.Namespace, gpus: int) -> suite.Plan:
     )
 
 
+def reanalysed(path: str) -> dict[str, Any]:
+    """An earlier run's report with its numbers analysed again (measurements, machine and command kept)."""
+    try:
+        with open(path) as f:
+            full = json.load(f)
+        full["analysis"] = analysis.analyse(full["results"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise runner.BenchError(
+            f"--reanalyse {path}: not a results.json written by kscale bench ({type(err).__name__}: {err}); "
+            "give the results.json in a kscale bench --output folder"
+        ) from err
+    return full
+
+
 def bench_command(args: argparse.Namespace) -> int:
     try:
-        gpus = runner.gpu_count()
-        plan = plan_from(args, gpus)
-        sizes = runner.Sizes(
-            iters=args.iters or (3 if args.quick else 5),
-            rounds=args.rounds or (3 if args.quick else 15),
-            warmup=args.warmup,
-            gpu=gpus > 0,
-            mixed_precision=args.mixed_precision,
-            input_shape=args.input_shape,
-            sample=args.sample,
-            timeout=args.timeout,
-        )
-        facts = report.machine()
-        print(f"kscale bench on {report.describe_machine(facts)}", flush=True)
-        print(
-            f"models {', '.join(plan.models)}; workers {', '.join(map(str, plan.workers))}; backends "
-            f"{', '.join(plan.backends)}; {suite.count(plan)} launches",
-            flush=True,
-        )
-        results = suite.run(plan, sizes, log=lambda line: print(line, flush=True))
-        full = {
-            "machine": facts,
-            "command": "kscale bench " + " ".join(sys.argv[2:] if args.argv is None else args.argv),
-            "plan": {**plan.__dict__, "sizes": sizes.__dict__},
-            "results": results,
-            "analysis": analysis.analyse(results),
-        }
+        full = reanalysed(args.reanalyse) if args.reanalyse else measured(args)
         paths = report.write(full, args.output)
     except KScaleError as err:
         print(f"kscale bench: error: {err}", file=sys.stderr)
@@ -148,6 +144,37 @@ def bench_command(args: argparse.Namespace) -> int:
     print(report.markdown(full))
     print(f"kscale bench: wrote {', '.join(paths.values())}")
     return 0
+
+
+def measured(args: argparse.Namespace) -> dict[str, Any]:
+    """Every launch the arguments ask for, with the machine, the plan and the analysis."""
+    gpus = runner.gpu_count()
+    plan = plan_from(args, gpus)
+    sizes = runner.Sizes(
+        iters=args.iters or (3 if args.quick else 5),
+        rounds=args.rounds or (3 if args.quick else 15),
+        warmup=args.warmup,
+        gpu=gpus > 0,
+        mixed_precision=args.mixed_precision,
+        input_shape=args.input_shape,
+        sample=args.sample,
+        timeout=args.timeout,
+    )
+    facts = report.machine()
+    print(f"kscale bench on {report.describe_machine(facts)}", flush=True)
+    print(
+        f"models {', '.join(plan.models)}; workers {', '.join(map(str, plan.workers))}; backends "
+        f"{', '.join(plan.backends)}; {suite.count(plan)} launches",
+        flush=True,
+    )
+    results = suite.run(plan, sizes, log=lambda line: print(line, flush=True))
+    return {
+        "machine": facts,
+        "command": "kscale bench " + " ".join(sys.argv[2:] if args.argv is None else args.argv),
+        "plan": {**plan.__dict__, "sizes": sizes.__dict__},
+        "results": results,
+        "analysis": analysis.analyse(results),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

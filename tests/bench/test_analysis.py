@@ -90,6 +90,8 @@ def test_efficiency_ratios_knobs_and_recommendation():
     assert in_turn["single"] is None
     assert in_turn["horovod"]["ratio"] == pytest.approx(1850 / 2000)
     assert in_turn["horovod"]["rounds"] == pytest.approx([0.95, 0.9])
+    low, high = in_turn["horovod"]["interval_95"]
+    assert 0.9 <= low <= 1850 / 2000 <= high <= 0.95
     [knob] = found["knobs"]
     assert knob["variant"] == "fp16 compression" and knob["ratio"] == pytest.approx(1.1)
     [advice] = found["recommendations"]
@@ -123,12 +125,15 @@ def test_batch_recommendation_is_the_smallest_batch_past_ninety_percent_or_the_b
     }
 
 
+def _machine() -> dict:
+    facts = {"cores": 2, "cpu": "cpu", "memory_gib": 8, "gpus": [], "python": "3.11", "tensorflow": "2.15.1"}
+    return {**facts, "keras": "2.15", "horovod": "0.28.1", "kscale": "0.1", "date": "today"}
+
+
 def test_report_files(tmp_path):
     results = _results()
-    facts = {"cores": 2, "cpu": "cpu", "memory_gib": 8, "gpus": [], "python": "3.11", "tensorflow": "2.15.1"}
-    facts.update(keras="2.15", horovod="0.28.1", kscale="0.1", date="today")
     full = {
-        "machine": facts,
+        "machine": _machine(),
         "command": "kscale bench",
         "results": results,
         "analysis": analysis.analyse(results),
@@ -136,7 +141,10 @@ def test_report_files(tmp_path):
     paths = report.write(full, str(tmp_path))
     markdown = (tmp_path / "results.md").read_text()
     assert "| mlp | horovod | 2 | 32 | 1,800 ± 0 | 900 | 90% |" in markdown
-    assert "| 0.900 | 0.900 | **0.925** | 0.913-0.937 |" in markdown and "| single | 1 | keras |" in markdown
+    assert (
+        "| 0.900 | 0.900 | **0.925** | 0.900-0.950 | 0.913-0.937 |" in markdown
+        and "| single | 1 | keras |" in markdown
+    )
     assert "fp16 compression" in markdown and "scale-out (horovod)" in markdown
     assert json.loads((tmp_path / "results.json").read_text())["analysis"]["baselines"]
     assert Path(paths["scaling.png"]).read_bytes()[:4] == b"\x89PNG"
@@ -181,3 +189,36 @@ def test_launch_commands_use_the_real_launchers():
     assert "--against-first" not in shared
     mirrored = runner.command(Setting("mlp", "mirrored", 2, 32), sizes, "r.json")
     assert mirrored[1] == runner.WORKER and mirrored[-2:] == ["--replicas", "2"]
+
+
+def test_bootstrap_interval_keeps_rounds_paired_and_narrows_with_more_rounds():
+    # Each round: both sides at the same machine speed (fast or slow minute), kscale 1% slower in each.
+    # Paired, the interval is the 0.99 of every round; unpaired it would span the fast/slow gap.
+    speeds = [1000.0, 700.0] * 10
+    pairs = [(0.99 * s, s) for s in speeds]
+    assert analysis.bootstrap_interval(pairs) == pytest.approx([0.99, 0.99])
+    noisy = [(a * (1.05 if i % 3 else 0.93), b) for i, (a, b) in enumerate(pairs)]
+    few, many = analysis.bootstrap_interval(noisy[:6]), analysis.bootstrap_interval(noisy * 5)
+    assert few[0] <= many[0] <= many[1] <= few[1] and few[1] - few[0] > 0
+    assert analysis.bootstrap_interval(noisy) == analysis.bootstrap_interval(noisy)  # seeded
+
+
+def test_reanalyse_writes_the_report_of_an_earlier_run_again(tmp_path, capsys):
+    from kscale.cli import bench
+
+    earlier = {"machine": _machine(), "command": "kscale bench", "results": _results(), "analysis": {}}
+    (tmp_path / "results.json").write_text(json.dumps(earlier))
+    out = tmp_path / "again"
+    assert bench.main(["--reanalyse", str(tmp_path / "results.json"), "--output", str(out)]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert (
+        again["results"] == json.loads(json.dumps(earlier["results"])) and again["command"] == "kscale bench"
+    )
+    [horovod] = [b for b in again["analysis"]["baselines"] if b["backend"] == "horovod"]
+    assert horovod["in_turn"]["interval_95"] == pytest.approx([0.9, 0.95])
+    assert "| **0.925** | 0.900-0.950 |" in (out / "results.md").read_text()
+    assert (out / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+
+    (tmp_path / "other.json").write_text(json.dumps({"runs": []}))
+    assert bench.main(["--reanalyse", str(tmp_path / "other.json"), "--output", str(out)]) == 1
+    assert "not a results.json written by kscale bench (KeyError" in capsys.readouterr().err
