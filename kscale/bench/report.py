@@ -106,7 +106,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         "communication: time per step during which an allreduce was in flight, from a separate run with "
-        "Horovod's timeline (horovod only); the rest of the step is computation and framework overhead.",
+        "Horovod's timeline (horovod) or TensorFlow's profiler (multi_worker: collectives, launch to "
+        "completion, on the chief); the rest of the step is computation and framework overhead. Mirrored "
+        "replicas on CPUs sum gradients with ordinary ops (no collectives): not split.",
     ]
     if analysis["baselines"]:
         lines += [

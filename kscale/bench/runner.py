@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kscale import frameworks
+from kscale.bench import communication
 from kscale.errors import KScaleError
 
 #: The worker runs as a file (its docstring says why).
@@ -54,7 +55,8 @@ class Setting:
     #: TFRecord folder to read instead of arrays, and its auto-shard policy ("auto" or "data").
     records: str | None = None
     shard: str = "auto"
-    #: Record a Horovod timeline and split step time into communication and the rest.
+    #: Record a trace (Horovod's timeline; TensorFlow's profiler under multi_worker) and split step time into
+    #: communication and the rest.
     timeline: bool = False
     #: Also train this hand-written script's model in the same job, in turn with kscale's (worker --against).
     against: str = ""
@@ -104,9 +106,10 @@ def gpu_count() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
-def command(setting: Setting, sizes: Sizes, result: str, repeat: int = 0) -> list[str]:
+def command(setting: Setting, sizes: Sizes, result: str, repeat: int = 0, profile: str = "") -> list[str]:
     """The launch: the launcher its users would use, then the worker with this setting's options. Launches
-    of kscale and a hand-written script in one job alternate which model is built first (`repeat`)."""
+    of kscale and a hand-written script in one job alternate which model is built first (`repeat`); a
+    multi_worker trace is TensorFlow's profile of the chief's timed iterations, written to `profile`."""
     worker = [sys.executable, WORKER, "--impl", setting.impl, "--backend", setting.backend]
     worker += ["--model", setting.model, "--batch", str(setting.batch), "--batches", str(setting.batches)]
     iters = sizes.rounds if setting.against else sizes.iters
@@ -128,6 +131,8 @@ def command(setting: Setting, sizes: Sizes, result: str, repeat: int = 0) -> lis
         worker += ["--sample", sizes.sample]
     if setting.records:
         worker += ["--records", setting.records, "--shard", setting.shard]
+    if setting.timeline and setting.backend == "multi_worker":
+        worker += ["--profile", profile]
     n = str(setting.workers)
     kscale_run = [sys.executable, "-m", "kscale.cli", "run", *setting.launcher_options]
     if setting.backend == "horovod" and setting.impl == "horovod":
@@ -152,10 +157,10 @@ def run_one(setting: Setting, sizes: Sizes, threads: int, repeat: int = 0) -> di
         env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
         # TensorFlow's own variables (read when its runtime starts), the same for every implementation.
         env.update(TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS=str(threads))
-        timeline = os.path.join(tmp, "timeline.json")
-        if setting.timeline:
+        timeline, profile = os.path.join(tmp, "timeline.json"), os.path.join(tmp, "profile")
+        if setting.timeline and setting.backend == "horovod":
             env["HOROVOD_TIMELINE"] = timeline
-        argv = command(setting, sizes, result, repeat)
+        argv = command(setting, sizes, result, repeat, profile)
         try:
             done = subprocess.run(
                 argv, env=env, capture_output=True, text=True, timeout=sizes.timeout, stdin=subprocess.DEVNULL
@@ -169,40 +174,22 @@ def run_one(setting: Setting, sizes: Sizes, threads: int, repeat: int = 0) -> di
             )
         with open(result) as f:
             measured = json.load(f)
-        if setting.timeline and os.path.exists(timeline):
+        if setting.timeline and os.path.exists(timeline):  # the whole run: warm-up iterations too
             total_steps = (sizes.warmup + sizes.iters) * setting.batches
-            measured["communication_s_per_step"] = allreduce_seconds(timeline) / total_steps
+            measured["communication_s_per_step"] = communication.allreduce_seconds(timeline) / total_steps
+        if setting.timeline and setting.backend == "multi_worker":  # the timed iterations
+            collectives = communication.collective_seconds(profile)
+            if collectives is None:
+                raise BenchError(
+                    f"{setting.describe()}: TensorFlow's profiler recorded no collective in {profile}"
+                )
+            measured["communication_s_per_step"] = collectives / (sizes.iters * setting.batches)
     measured.update(
         dataclasses.asdict(setting),
         command=" ".join(argv),
         threads_per_process=threads,
     )
     return measured
-
-
-def allreduce_seconds(path: str) -> float:
-    """Wall time during which any allreduce was in flight on this rank, from a Horovod timeline (Chrome
-    trace events, one `pid` per tensor; an ALLREDUCE activity spans fusion-buffer copies and the
-    transfer). Negotiation, where a tensor waits for the other ranks to be ready, is not counted."""
-    with open(path) as f:
-        text = f.read().rstrip().rstrip(",")
-    events = json.loads(text if text.endswith("]") else text + "]")
-    open_spans: dict[Any, list[tuple[str, float]]] = {}
-    spans: list[tuple[float, float]] = []
-    for event in events:
-        pid, phase = event.get("pid"), event.get("ph")
-        if phase == "B":
-            open_spans.setdefault(pid, []).append((event.get("name", ""), event["ts"]))
-        elif phase == "E" and open_spans.get(pid):
-            name, start = open_spans[pid].pop()
-            if name == "ALLREDUCE":
-                spans.append((start, event["ts"]))
-    covered, end = 0.0, float("-inf")
-    for start, stop in sorted(spans):
-        if stop > end:
-            covered += stop - max(start, end)
-            end = stop
-    return covered / 1e6
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:

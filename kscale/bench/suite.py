@@ -80,7 +80,7 @@ def settings(plan: Plan, records: str | None = None) -> Iterator[list[Setting]]:
                         yield [dataclasses.replace(mine, variant=IN_TURN, against=hand_written)]
                     else:
                         yield [mine]
-                    if plan.timeline and backend == "horovod":
+                    if plan.timeline and backend in ("horovod", "multi_worker"):
                         yield [Setting(model, backend, n, batch, steps, timeline=True, variant=TIMELINE)]
         batch = batch_sizes[0]
         first = model == plan.models[0]  # knobs and input sharding: measured on the first model

@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--write-records", help="write the model's synthetic data as TFRecord files here, exit")
     p.add_argument("--files", type=int, default=8, help="--write-records: how many files")
     p.add_argument("--result", help="the chief writes its measurements here (JSON)")
+    p.add_argument("--profile", help="the chief records TensorFlow's profile of the timed iterations here")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -333,6 +334,15 @@ def main(argv: list[str] | None = None) -> dict | None:
             turns = [(job, timer), (other, other_timer)]
             for trainer, its_timer in turns if round_ % 2 == 0 else reversed(turns):
                 trainer.fit(1, [its_timer.callback])
+    elif args.profile:
+        import tensorflow as tf
+
+        job.fit(args.warmup, [timer.callback])
+        if job.chief:
+            tf.profiler.experimental.start(args.profile)
+        job.fit(args.iters, [timer.callback])
+        if job.chief:
+            tf.profiler.experimental.stop()
     else:
         job.fit(args.warmup + args.iters, [timer.callback])
     result = {

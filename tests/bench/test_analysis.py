@@ -25,27 +25,6 @@ def _run(setting: Setting, samples_per_s: list[float], replicas: int | None = No
     }
 
 
-def test_allreduce_time_is_the_union_of_overlapping_allreduces_without_negotiation(tmp_path):
-    events = [
-        {"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": 0, "pid": 1},
-        {"ph": "E", "ts": 500, "pid": 1},
-        {"ph": "B", "name": "ALLREDUCE", "ts": 1000, "pid": 1},
-        {"ph": "B", "name": "GLOO_ALLREDUCE", "ts": 1100, "pid": 1},
-        {"ph": "E", "ts": 1900, "pid": 1},
-        {"ph": "E", "ts": 2000, "pid": 1},
-        {"ph": "B", "name": "ALLREDUCE", "ts": 1500, "pid": 2},
-        {"ph": "E", "ts": 3000, "pid": 2},
-        {"ph": "B", "name": "ALLREDUCE", "ts": 5000, "pid": 3},
-        {"ph": "E", "ts": 5500, "pid": 3},
-    ]
-    path = tmp_path / "timeline.json"
-    # Horovod leaves the array open while it runs (and after a crash): both forms are read.
-    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in events) + ",")
-    assert runner.allreduce_seconds(str(path)) == pytest.approx((3000 - 1000 + 500) / 1e6)
-    path.write_text(json.dumps(events))
-    assert runner.allreduce_seconds(str(path)) == pytest.approx(0.0025)
-
-
 def _results() -> list[dict]:
     one = Setting("mlp", "single", 1, 32, batches=10)
     hvd = Setting("mlp", "horovod", 2, 32, batches=10)

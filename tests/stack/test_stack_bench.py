@@ -52,6 +52,14 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, l
         _positive(b["first_step_s"][who]) for b in baselines.values() for who in ("kscale", "hand_written")
     )
     assert "## kscale against hand-written scripts" in markdown
+    if "multi_worker" in backends:  # TensorFlow's profile of the chief: collectives in flight per step
+        split = table[("multi_worker", 2, "kscale")]["timeline"]
+        [traced] = [
+            r for r in report["results"] if r["backend"] == "multi_worker" and r["variant"] == "timeline"
+        ]
+        profiled = sum(traced["iteration_s"]) / (len(traced["iteration_s"]) * traced["batches_per_iter"])
+        assert 0 < split["communication_s"] <= profiled
+        assert "--profile" in traced["command"]
     if len(backends) > 1:
         [advice] = analysis["recommendations"]
         assert advice["scaling"]["backend"] in backends[1:]
