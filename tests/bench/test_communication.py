@@ -38,26 +38,20 @@ def test_the_xspace_message_class_is_where_kscale_imports_it():
 
 def test_collective_time_from_a_tensorflow_profile_of_real_collectives(tmp_path):
     # One-member collectives run the same kernels and executor as a multi-worker strategy's, in one process.
-    @tf.function
-    def reduce_twice(x):
-        first = tf.raw_ops.CollectiveReduceV2(
+    def one_member_sum(x, instance_key):
+        return tf.raw_ops.CollectiveReduceV2(
             input=x,
             group_size=1,
             group_key=1,
-            instance_key=1,
+            instance_key=instance_key,
             ordering_token=[],
             merge_op="Add",
             final_op="Id",
         )
-        return tf.raw_ops.CollectiveReduceV2(
-            input=first,
-            group_size=1,
-            group_key=1,
-            instance_key=2,
-            ordering_token=[],
-            merge_op="Add",
-            final_op="Id",
-        )
+
+    @tf.function
+    def reduce_twice(x):
+        return one_member_sum(one_member_sum(x, 1), 2)
 
     x = tf.ones([1000])
     reduce_twice(x)  # traced outside the profile
