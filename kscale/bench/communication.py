@@ -4,7 +4,7 @@ profiler for the workers of a `MultiWorkerMirroredStrategy`.
 TensorFlow writes a profile (`tf.profiler.experimental.start/stop`) as an XSpace protocol buffer, the
 `*.xplane.pb` that TensorBoard's profile plugin reads. Its message class is not public API: it lives in
 `tensorflow.tsl.profiler.protobuf.xplane_pb2` (TF 2.15 to 2.21 alike), used here only, and
-tests/bench/test_tf_profile.py fails loudly when an upgrade moves it. A collective (CollectiveReduceV2 and
+tests/bench/test_communication.py fails loudly when an upgrade moves it. A collective (CollectiveReduceV2 and
 the other V2 collectives) starts with a `CollectiveOpV2Kernel::Run` event that produces a context id and
 ends with the `CollectiveExecutor::ExecuteAsync::Done` event that consumes it; the span between them is the
 collective in flight (its wait for the other workers included, as a step feels it).
@@ -79,15 +79,7 @@ def collective_spans(path: str) -> list[tuple[float, float]]:
                 name = names.get(event.metadata_id)
                 if name not in (LAUNCH, DONE):
                     continue
-                stat = "_p" if name == LAUNCH else "_c"
-                context = next(
-                    (
-                        s.uint64_value or s.int64_value
-                        for s in event.stats
-                        if stat_names.get(s.metadata_id) == stat
-                    ),
-                    None,
-                )
+                context = _context_id(event, stat_names, "_p" if name == LAUNCH else "_c")
                 if context is None:
                     continue
                 start_ps = line.timestamp_ns * 1000 + event.offset_ps
@@ -96,6 +88,13 @@ def collective_spans(path: str) -> list[tuple[float, float]]:
                 else:
                     done[context] = (start_ps + event.duration_ps) / 1e12
     return sorted((launched[c], done[c]) for c in launched.keys() & done.keys())
+
+
+def _context_id(event: Any, stat_names: dict[int, str], stat: str) -> int | None:
+    """The event's producer (`_p`) or consumer (`_c`) context id, which links a launch to its completion."""
+    return next(
+        (s.uint64_value or s.int64_value for s in event.stats if stat_names.get(s.metadata_id) == stat), None
+    )
 
 
 def collective_seconds(folder: str) -> float | None:

@@ -119,10 +119,10 @@ def markdown(report: dict[str, Any]) -> str:
             "launches: the two scripts launched alternately (each pair: one launch of each). One job: both "
             "models built in the same launch and trained in turn, one epoch each, each going first every other "
             "round, so what differs between launches (where processes and memory land on a shared machine) "
-            "is out of the ratio; 95% interval: of the one-job ratio, by resampling its rounds (bootstrap); middle "
-            "half: the quartiles of the rounds' ratios. First step: seconds from "
-            "the process's start to the end of the first training step (imports, joining the job, building the "
-            "model, tracing), kscale's and the hand-written script's.",
+            "is out of the ratio; 95% interval: of the one-job ratio, by resampling its rounds (bootstrap); "
+            "middle half: the quartiles of the rounds' ratios. First step: seconds from the process's start to "
+            "the end of the first training step (imports, joining the job, building the model, tracing), "
+            "kscale's and the hand-written script's.",
             "",
             "| model | backend | workers | hand-written | kscale samples/s | hand-written samples/s | ratio, separate "
             "launches | each pair | ratio, one job | 95% interval | middle half of rounds | first step: kscale / "
