@@ -14,10 +14,11 @@ no distribution). Every implementation trains the same model on the same synthet
 `--against IMPL` (with `--impl kscale`) also builds the hand-written script's model in the same job and
 trains the two in turn, one epoch each, `--iters` rounds: the ratio then compares epochs a few seconds
 apart on the same processes, free of what differs between launches (where the processes and their memory
-land on a shared machine). The model built second can train a few percent faster (MobileNetV2 under
-Horovod: kscale's 0.94-0.97 of the hand-written one built after it, 1.04 built before it), so the runner
-alternates `--against-first` between launches (not under multi_worker, where the hand-written script
-must reuse kscale's strategy).
+land on a shared machine). Which model is built first can move the ratio by a few percent (MobileNetV2 in
+one process: the model built first about 3% slower in one launch), so the runner alternates
+`--against-first` between launches (not under multi_worker, where the hand-written script must reuse
+kscale's strategy). Under Horovod every rank waits for the others before each of these `fit` calls (see
+`train_in_turn`).
 """
 
 from __future__ import annotations
@@ -161,6 +162,8 @@ class Job:
     replicas: int
     #: The model's tf.distribute strategy, if any.
     strategy: Any = None
+    #: Waits until every worker gets here (train_in_turn calls it before each fit).
+    barrier: Callable[[], None] = lambda: None
 
 
 # Each implementation: (args, spec, keras, data, strategy=None) -> Job; data(N) is the synthetic data of a
@@ -197,7 +200,9 @@ def train_with_kscale(args, spec, keras, data, strategy=None) -> Job:
         def fit(epochs: int, callbacks: list) -> None:
             model.fit(x, y, batch_size=args.batch, epochs=epochs, callbacks=callbacks, verbose=0)
 
-    return Job(fit, kscale.is_chief(), kscale.num_replicas(), getattr(model, "distribute_strategy", None))
+    strategy = getattr(model, "distribute_strategy", None)
+    barrier = _horovod_barrier if args.backend == "horovod" else Job.barrier
+    return Job(fit, kscale.is_chief(), kscale.num_replicas(), strategy, barrier)
 
 
 def train_with_horovod(args, spec, keras, data, strategy=None) -> Job:
@@ -234,7 +239,15 @@ def train_with_horovod(args, spec, keras, data, strategy=None) -> Job:
             verbose=0,
         )
 
-    return Job(fit, hvd.rank() == 0, hvd.size())
+    return Job(fit, hvd.rank() == 0, hvd.size(), barrier=_horovod_barrier)
+
+
+def _horovod_barrier() -> None:
+    """A one-number allreduce: Horovod 0.28's TensorFlow API has no barrier."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="bench.barrier")
 
 
 def _keras3_beside(keras: Any) -> bool:
@@ -328,12 +341,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             shared = job.strategy if args.backend == "multi_worker" else None
             other, other_timer = build(args.against, shared)
     if args.against:
-        job.fit(args.warmup, [timer.callback])
-        other.fit(args.warmup, [other_timer.callback])
-        for round_ in range(args.iters):  # in turn, each going first every other round
-            turns = [(job, timer), (other, other_timer)]
-            for trainer, its_timer in turns if round_ % 2 == 0 else reversed(turns):
-                trainer.fit(1, [its_timer.callback])
+        train_in_turn([(job, timer), (other, other_timer)], args.warmup, args.iters)
     elif args.profile:
         import tensorflow as tf
 
@@ -365,6 +373,25 @@ def main(argv: list[str] | None = None) -> dict | None:
             json.dump(result, f)
         os.replace(args.result + ".tmp", args.result)
     return result
+
+
+def train_in_turn(turns: list[tuple[Job, IterationTimer]], warmup: int, rounds: int) -> None:
+    """Warm both models up, then train them in turn, one epoch each, each going first every other round.
+
+    Before each `fit` every worker waits for the others (`Job.barrier`): the end of a `fit` can hold one
+    worker for a second or more (tearing down the epoch's data iterator; MobileNetV2 on 2 CPU workers, in
+    1 of 3 fits), and the next `fit`'s first step would wait for that worker inside the timed epoch. Where
+    the `fit` starts with a collective of its own (kscale's broadcast under Horovod, every
+    MultiWorkerMirroredStrategy `fit`) that wait already falls before the timed epoch; without the barrier
+    the hand-written Horovod script alone paid it, and kscale looked up to 1.4x faster than it was.
+    """
+    for job, timer in turns:
+        job.barrier()
+        job.fit(warmup, [timer.callback])
+    for round_ in range(rounds):
+        for job, timer in turns if round_ % 2 == 0 else reversed(turns):
+            job.barrier()
+            job.fit(1, [timer.callback])
 
 
 def _timings(args: argparse.Namespace, timer: IterationTimer, replicas: int) -> dict[str, Any]:
