@@ -101,14 +101,20 @@ def _ratio(groups: dict[Key, list[dict]], a: Key, b: Key) -> dict[str, Any] | No
 
 
 def _in_turn_ratio(runs: list[dict]) -> dict[str, Any]:
-    """kscale against the hand-written script trained in turn in the same jobs: the ratio of the medians
-    over every round, and each round's ratio (kscale's epoch / the hand-written one next to it)."""
+    """kscale against the hand-written script trained in turn in the same jobs (see one_job_ratio), with
+    each launch's ratio, each round's, and, for comparison, the ratio of the two sides' medians."""
     mine, theirs = _throughput(runs), _throughput([run["in_turn"] for run in runs])
-    rounds = [a / b for run in runs for a, b in zip(run["samples_per_s"], run["in_turn"]["samples_per_s"])]
+    launches = [
+        [a / b for a, b in zip(run["samples_per_s"], run["in_turn"]["samples_per_s"])] for run in runs
+    ]
+    rounds = [ratio for launch in launches for ratio in launch]
     quartiles = statistics.quantiles(rounds, n=4, method="inclusive") if len(rounds) > 1 else [rounds[0]] * 3
     return {
-        "ratio": statistics.median(mine) / statistics.median(theirs),
-        "interval_95": bootstrap_interval(list(zip(mine, theirs))),
+        "ratio": one_job_ratio(launches),
+        "interval_95": bootstrap_interval(launches),
+        "launch_ratios": [statistics.median(launch) for launch in launches],
+        "kscale_built_first": [not run.get("against_first", False) for run in runs],
+        "ratio_of_medians": statistics.median(mine) / statistics.median(theirs),
         "rounds": rounds,
         "rounds_quartiles": [quartiles[0], quartiles[2]],
         "a_samples_per_s": statistics.median(mine),
@@ -117,15 +123,21 @@ def _in_turn_ratio(runs: list[dict]) -> dict[str, Any]:
     }
 
 
-def bootstrap_interval(pairs: list[tuple[float, float]], resamples: int = BOOTSTRAP_RESAMPLES) -> list[float]:
-    """A 95% percentile-bootstrap interval of median(a) / median(b) over rounds of (a, b) throughputs:
-    whole rounds are resampled, so each keeps its pairing (both sides trained at the same minute). How far
-    a ratio can move by chance on this machine: a ratio under 0.98 whose interval reaches above it is not
-    evidence of a cost."""
+def one_job_ratio(launches: list[list[float]]) -> float:
+    """kscale / hand-written from launches that trained both in turn: each round's ratio compares two epochs
+    seconds apart (a slow or fast minute of the machine falls on both), a launch's ratio is the median of
+    its rounds', and the result the geometric mean of the launches' (they alternate which model is built
+    first, which moves a launch's ratio a few percent either way: the mean cancels it)."""
+    return statistics.geometric_mean(statistics.median(rounds) for rounds in launches)
+
+
+def bootstrap_interval(launches: list[list[float]], resamples: int = BOOTSTRAP_RESAMPLES) -> list[float]:
+    """A 95% percentile-bootstrap interval of one_job_ratio: each launch's rounds resampled (each round
+    keeps its pairing; each launch its build order). How far the ratio can move by chance on this machine:
+    a ratio under 0.98 whose interval reaches above it is not evidence of a cost."""
     draw = random.Random(0)
     ratios = sorted(
-        statistics.median(a for a, _ in sample) / statistics.median(b for _, b in sample)
-        for sample in (draw.choices(pairs, k=len(pairs)) for _ in range(resamples))
+        one_job_ratio([draw.choices(rounds, k=len(rounds)) for rounds in launches]) for _ in range(resamples)
     )
     return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
 

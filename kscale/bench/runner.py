@@ -74,7 +74,7 @@ class Sizes:
 
     iters: int = 5
     #: Rounds of a launch that trains kscale's model and the hand-written one in turn (one epoch each).
-    rounds: int = 15
+    rounds: int = 30
     warmup: int = 1
     gpu: bool = False
     mixed_precision: bool = False

@@ -54,7 +54,7 @@ def bench_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--rounds",
         type=int,
-        help="kscale and the hand-written script trained in turn in one job: rounds per launch (default 15; "
+        help="kscale and the hand-written script trained in turn in one job: rounds per launch (default 30; "
         "--quick 3)",
     )
     parser.add_argument(
@@ -152,7 +152,7 @@ def measured(args: argparse.Namespace) -> dict[str, Any]:
     plan = plan_from(args, gpus)
     sizes = runner.Sizes(
         iters=args.iters or (3 if args.quick else 5),
-        rounds=args.rounds or (3 if args.quick else 15),
+        rounds=args.rounds or (3 if args.quick else 30),
         warmup=args.warmup,
         gpu=gpus > 0,
         mixed_precision=args.mixed_precision,
