@@ -8,6 +8,7 @@ config with the scaled learning rate; losses and metrics are new objects of the 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,8 +59,31 @@ def clone_compile_args(args: dict) -> dict:
     return cloned
 
 
+def inner_optimizer(optimizer: Any) -> Any:
+    """The optimizer that updates the weights: under a mixed_float16 policy Keras' compile wraps it in a
+    LossScaleOptimizer, which holds no learning rate of its own."""
+    if isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+        return optimizer.inner_optimizer
+    return optimizer
+
+
+def with_inner(optimizer: Any, change: Callable[[Any], Any]) -> Any:
+    """`change(optimizer)`; for a LossScaleOptimizer, a new one with the same loss-scale settings around
+    `change(inner optimizer)`: a new rate goes to the inner optimizer, and Horovod's DistributedOptimizer
+    goes inside the loss scaling, where the gradients it averages are already unscaled."""
+    if not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+        return change(optimizer)
+    return tf.keras.mixed_precision.LossScaleOptimizer(
+        change(optimizer.inner_optimizer),
+        dynamic=optimizer.dynamic,
+        initial_scale=optimizer.initial_scale,
+        dynamic_growth_steps=optimizer.dynamic_growth_steps,
+    )
+
+
 def learning_rate_of(optimizer: Any) -> float | tf.keras.optimizers.schedules.LearningRateSchedule:
     """The optimizer's learning rate as given by the user: a float or the schedule object."""
+    optimizer = inner_optimizer(optimizer)
     lr = _keras_private.learning_rate_object(optimizer)
     if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
         return lr
@@ -75,10 +99,14 @@ def learning_rate_of(optimizer: Any) -> float | tf.keras.optimizers.schedules.Le
 
 def clone_optimizer(optimizer: Any, learning_rate: Any) -> Any:
     """A new optimizer of the same class and settings with `learning_rate` instead of the old one."""
-    config = optimizer.get_config()
-    config.pop("is_legacy_optimizer", None)
-    config["learning_rate"] = learning_rate
-    return optimizer.__class__.from_config(config)
+
+    def clone(inner: Any) -> Any:
+        config = inner.get_config()
+        config.pop("is_legacy_optimizer", None)
+        config["learning_rate"] = learning_rate
+        return inner.__class__.from_config(config)
+
+    return with_inner(optimizer, clone)
 
 
 def rebuild_in_scope(

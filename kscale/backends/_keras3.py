@@ -106,6 +106,8 @@ class Keras3Backend(Backend):
         return keras.optimizers.get(optimizer)
 
     def learning_rate_of(self, optimizer: Any) -> Any:
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):  # compile's, under mixed_float16
+            optimizer = optimizer.inner_optimizer
         rate = _keras_private.learning_rate_object(optimizer)
         if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
             return rate
@@ -123,7 +125,15 @@ class Keras3Backend(Backend):
         return self.clone_optimizer(optimizer, rate, options)
 
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
-        """A new optimizer of the same class and settings with `learning_rate` (and the accumulation asked)."""
+        """A new optimizer of the same class and settings with `learning_rate` (and the accumulation asked);
+        for a LossScaleOptimizer (compile's, under mixed_float16), the same loss scaling around a new inner
+        optimizer, which holds the rate."""
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            return keras.optimizers.LossScaleOptimizer(
+                self.clone_optimizer(optimizer.inner_optimizer, learning_rate, options),
+                initial_scale=optimizer.initial_scale,
+                dynamic_growth_steps=optimizer.dynamic_growth_steps,
+            )
         config = optimizer.get_config()
         config["learning_rate"] = learning_rate
         if options.gradient_accumulation_steps > 1:

@@ -47,7 +47,7 @@ class TFKerasBackend(Backend):
         # TF-format save_weights) save and restore it with the optimizer's rate.
         with self.scope():
             variable = tf.Variable(factor, trainable=False, dtype=tf.float32, name="kscale_rate_factor")
-        optimizer.kscale_rate_factor = variable
+        model_rebuild.inner_optimizer(optimizer).kscale_rate_factor = variable
         return variable
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:

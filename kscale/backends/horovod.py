@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _optional, sharding
+from kscale import _optional, model_rebuild, sharding
 from kscale.backends._tf_keras import TFKerasBackend
 from kscale.backends.base import log_value
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
@@ -94,18 +94,21 @@ class HorovodBackend(TFKerasBackend):
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: HorovodOptions) -> Any:
         hvd = self.hvd
-        inner = super().optimizer_for(optimizer, learning_rate, options)
-        distributed = hvd.DistributedOptimizer(
-            inner,
-            compression=hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none,
-            backward_passes_per_step=options.backward_passes_per_step,
-            average_aggregated_gradients=True,
-        )
-        # Horovod subclasses the optimizer on the fly and names the class like the original "so that the
-        # saved model could be easily restored without Horovod"; the .keras format also records the
-        # module, which was horovod._keras. Give the class the original's module to finish that intent.
-        type(distributed).__module__ = type(inner).__module__
-        return distributed
+
+        def distributed(inner: Any) -> Any:
+            wrapped = hvd.DistributedOptimizer(
+                inner,
+                compression=hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none,
+                backward_passes_per_step=options.backward_passes_per_step,
+                average_aggregated_gradients=True,
+            )
+            # Horovod subclasses the optimizer on the fly and names the class like the original "so that
+            # the saved model could be easily restored without Horovod"; the .keras format also records
+            # the module, which was horovod._keras. Give the class the original's module to finish that.
+            type(wrapped).__module__ = type(inner).__module__
+            return wrapped
+
+        return model_rebuild.with_inner(super().optimizer_for(optimizer, learning_rate, options), distributed)
 
     def run_fit(
         self, model: tf.keras.Model, fit: Any, options: HorovodOptions, initial_epoch: int = 0

@@ -110,6 +110,25 @@ def test_two_workers_scale_the_rate_and_take_half_the_data(distribute_as_worker)
     assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.002)
 
 
+def test_mixed_precision_keeps_the_loss_scaling_and_scales_the_rate_inside_it(distribute_as_worker):
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:  # compile() wraps SGD in a LossScaleOptimizer, which has no rate of its own
+        model = tiny_model(lr=0.05)
+        model.compile(
+            optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.05), initial_scale=256.0),
+            loss="mse",
+        )
+        distributed = distribute_as_worker(model, worker_index=1)
+        distributed.fit(*regression_data(16), batch_size=4, verbose=0)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    optimizer = distributed.optimizer
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    assert float(keras.ops.convert_to_numpy(optimizer.inner_optimizer.learning_rate)) == pytest.approx(0.1)
+    assert optimizer.initial_scale == 256.0 and distributed.layers[0].compute_dtype == "float16"
+    assert int(keras.ops.convert_to_numpy(optimizer.iterations)) == 2  # 8 samples on this worker, batch 4
+
+
 def test_warmup_ramps_from_the_single_replica_rate(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
     rate = state_of(distributed).learning_rate

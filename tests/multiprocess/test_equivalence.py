@@ -9,6 +9,7 @@ import pytest
 
 WORKER = "tests/multiprocess/workers/equivalence.py"
 TOLERANCE = 1e-5
+MIXED_TOLERANCE = 2e-3  # float16 compute: batches split otherwise round otherwise
 LR = 0.05  # the worker's single-replica learning rate
 
 pytestmark = pytest.mark.multiprocess
@@ -51,8 +52,20 @@ def _assert_warmup_ramps_from_single_to_scaled_rate(result: dict) -> None:
 
 
 def _assert_same_on_both_ranks(rank0: dict, rank1: dict) -> None:
-    for data in ("numpy", "dataset", "sequence", "uneven_numpy", "uneven_dataset"):
+    for data in ("numpy", "dataset", "sequence", "uneven_numpy", "uneven_dataset", "mixed_precision"):
         assert _max_diff(rank0[data]["final"], rank1[data]["final"]) == 0.0, data
+
+
+def _assert_mixed_precision_matches(result: dict, reference: dict) -> None:
+    """Under mixed_float16: the user's LossScaleOptimizer kept with its settings, the rate of the SGD inside
+    it doubled, and the weights those of one process at batch 2b and rate 2η under the same policy, to
+    float16 precision."""
+    mixed = result["mixed_precision"]
+    assert mixed["loss_scaled"] and mixed["compute_dtype"] == "float16"
+    assert mixed["loss_scale"] == [False, 256.0]
+    assert mixed["learning_rate"] == pytest.approx(2 * LR)
+    assert _max_diff(mixed["final"], reference["mixed_reference"]) < MIXED_TOLERANCE
+    assert _max_diff(reference["mixed_reference"], reference["initial"]) > 10 * MIXED_TOLERANCE
 
 
 @pytest.mark.timeout(300)
@@ -65,6 +78,7 @@ def test_horovod_two_workers_match_one_process_with_double_batch(horovodrun, ref
     _assert_same_on_both_ranks(rank0, rank1)
     _assert_matches(rank1, reference)
     _assert_warmup_ramps_from_single_to_scaled_rate(rank0)
+    _assert_mixed_precision_matches(rank0, reference)
     assert _max_diff(rank0["second_fit"]["final"], rank1["second_fit"]["final"]) == 0.0
     # fp16 compression with 2 backward passes per allreduce: one averaged update per 2 batches, like
     # one process at batch 4b and lr 2η (to fp16 precision), and the ranks stay in step.
@@ -80,6 +94,7 @@ def test_mirrored_two_cpu_replicas_match_one_process_with_double_batch(run_pytho
     result = _load(f"{tmp_path}/weights.0.json")
     _assert_matches(result, reference)
     _assert_warmup_ramps_from_single_to_scaled_rate(result)
+    _assert_mixed_precision_matches(result, reference)
     # A subclassed model without get_config, built inside kscale.scope(): used as is, not rebuilt.
     scoped = result["scoped_subclassed"]
     assert scoped["same_object"] and scoped["iterations"] == 16
@@ -97,6 +112,7 @@ def test_multi_worker_two_processes_match_one_process_with_double_batch(
     _assert_matches(rank0, reference)
     _assert_matches(rank1, reference)
     _assert_warmup_ramps_from_single_to_scaled_rate(rank0)
+    _assert_mixed_precision_matches(rank0, reference)
     # Built inside kscale.scope(), then given other weights on rank 1: not rebuilt, broadcast from rank 0.
     for scoped in (rank0["scoped_subclassed"], rank1["scoped_subclassed"]):
         assert scoped["same_object"] and scoped["iterations"] == 16

@@ -166,3 +166,22 @@ def test_learning_rate_of_a_legacy_optimizer():
     assert isinstance(lr, float) and lr == pytest.approx(0.02)
     schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
     assert learning_rate_of(tf.keras.optimizers.legacy.SGD(schedule)) is schedule
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(), dict(dynamic=False, initial_scale=256.0), dict(initial_scale=1024.0, dynamic_growth_steps=50)],
+)
+def test_a_loss_scale_optimizer_keeps_its_settings_and_the_new_rate_goes_inside(settings):
+    # Under a mixed_float16 policy compile() wraps the optimizer in a LossScaleOptimizer, which has no rate.
+    scaled = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.01, momentum=0.9), **settings
+    )
+    assert learning_rate_of(scaled) == pytest.approx(0.01)
+    clone = clone_optimizer(scaled, 0.04)
+    assert isinstance(clone, tf.keras.mixed_precision.LossScaleOptimizer) and clone is not scaled
+    assert learning_rate_of(clone) == pytest.approx(0.04)
+    assert clone.inner_optimizer.get_config()["momentum"] == pytest.approx(0.9)
+    for setting in ("dynamic", "initial_scale", "dynamic_growth_steps"):
+        assert getattr(clone, setting) == getattr(scaled, setting), setting
+    assert learning_rate_of(scaled) == pytest.approx(0.01)  # the original is untouched

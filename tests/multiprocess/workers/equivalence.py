@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import kscale  # noqa: E402
 
 BATCH, LR, EPOCHS, SAMPLES = 4, 0.05, 2, 64
+LOSS_SCALE = 256.0
 
 
 def build(seed: int) -> tf.keras.Model:
@@ -81,6 +82,12 @@ class LearningRates(tf.keras.callbacks.Callback):
         self.applied.append(float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)))
 
 
+def loss_scaled(optimizer):
+    """A fixed loss scale: the dynamic one that compile() adds by default skips a step whose scaled
+    gradients overflow float16, which a batch of 2b and two of b need not do alike."""
+    return tf.keras.mixed_precision.LossScaleOptimizer(optimizer, dynamic=False, initial_scale=LOSS_SCALE)
+
+
 def weights(m) -> list:
     return [w.tolist() for w in m.get_weights()]
 
@@ -95,6 +102,13 @@ if mode == "reference":
     accumulated.compile(optimizer=tf.keras.optimizers.SGD(2 * LR), loss="mse")
     accumulated.fit(x, y, batch_size=4 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
     result["accumulate_reference"] = weights(accumulated)
+    # The same under Keras' mixed precision (float16 compute, loss scaling).
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    mixed = build(seed=1)
+    mixed.compile(optimizer=loss_scaled(tf.keras.optimizers.SGD(2 * LR)), loss="mse")
+    mixed.fit(x, y, batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    tf.keras.mixed_precision.set_global_policy("float32")
+    result["mixed_reference"] = weights(mixed)
 else:
     options = {"backend": "mirrored", "devices": ["CPU:0", "CPU:1"]} if mode == "mirrored" else {}
     inputs = {
@@ -154,6 +168,21 @@ else:
             "iterations": int(trained.optimizer.iterations.numpy()),
             "same_object": trained is net,
         }
+    # Keras' mixed precision, with the user's LossScaleOptimizer around SGD: kscale keeps its settings and
+    # scales the rate of the optimizer inside it (and under Horovod averages the gradients inside it).
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    net = build(seed=1 if rank == 0 else 99)
+    net.compile(optimizer=loss_scaled(tf.keras.optimizers.SGD(LR)), loss="mse")
+    trained = kscale.distribute(net, **options)
+    trained.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    tf.keras.mixed_precision.set_global_policy("float32")
+    result["mixed_precision"] = {
+        "final": weights(trained),
+        "loss_scaled": isinstance(trained.optimizer, tf.keras.mixed_precision.LossScaleOptimizer),
+        "loss_scale": [trained.optimizer.dynamic, float(trained.optimizer.loss_scale.numpy())],
+        "learning_rate": float(trained.optimizer.inner_optimizer.learning_rate.numpy()),
+        "compute_dtype": trained.layers[0].compute_dtype,
+    }
     result.update(final=result["numpy"]["final"], iterations=result["numpy"]["iterations"])
     result["replicas"] = kscale.num_replicas()
 
