@@ -358,6 +358,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         "backend": args.backend,
         "model": args.model,
         "replicas": job.replicas,
+        "model_description": spec.description,
+        "dtype_policy": keras.mixed_precision.global_policy().name,
         "per_replica_batch": args.batch,
         "batches_per_iter": args.batches,
         **_timings(args, timer, job.replicas),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import tensorflow as tf
 
-from kscale.bench import worker
+from kscale.bench import runner, worker
+from kscale.bench.runner import Setting
 
 
 def test_in_turn_every_worker_waits_for_the_others_before_each_fit():
@@ -25,3 +29,25 @@ def test_in_turn_every_worker_waits_for_the_others_before_each_fit():
     first_round = ["wait kscale", "fit kscale 1", "wait theirs", "fit theirs 1"]
     second_round = ["wait theirs", "fit theirs 1", "wait kscale", "fit kscale 1"]  # the other goes first
     assert calls == warm_up + first_round + second_round
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_the_gpu_sizes_and_mixed_precision_run_here_unchanged():
+    """What a GPU machine measures, one step each on this CPU: ResNet50 at 224x224 and BERT-base through
+    the one line, and Keras' mixed_float16 under Horovod beside the hand-written script (where running
+    this found distribute() failing on the LossScaleOptimizer that compile adds)."""
+    large = runner.Sizes(iters=1, warmup=0, gpu=True)
+    for model, described in (("cnn", "ResNet50 224x224"), ("bert", "12 layers, hidden 768")):
+        measured = runner.run_one(Setting(model, "single", 1, 2, batches=1), large, threads=2)
+        assert described in measured["model_description"]
+        assert measured["replicas"] == 1 and _positive(measured["samples_per_s"][0])
+    mixed = runner.Sizes(iters=1, rounds=2, warmup=1, mixed_precision=True)
+    setting = Setting("mlp", "horovod", 2, 4, batches=2, variant=runner.IN_TURN, against="horovod")
+    measured = runner.run_one(setting, mixed, threads=1)
+    assert measured["dtype_policy"] == "mixed_float16" and measured["replicas"] == 2
+    assert all(_positive(s) for s in measured["samples_per_s"] + measured["in_turn"]["samples_per_s"])
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
