@@ -8,7 +8,8 @@
    file against by batch. Writes results.json, results.md and scaling.png to --output.
 2. `benchmarks/import_overhead.py`: time to the first training step with and without kscale in one process.
 
-The other scripts here (kill_trials.py, bert_squad_finetune.py) take their own commands (RESULTS.md).
+The other scripts here (kill_trials.py, bert_squad_finetune.py, fit_end_hold.py) take their own commands
+(RESULTS.md).
 """
 
 from __future__ import annotations

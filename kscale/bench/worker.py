@@ -382,11 +382,11 @@ def train_in_turn(turns: list[tuple[Job, IterationTimer]], warmup: int, rounds: 
 
     Before each `fit` every worker waits for the others (`Job.barrier`): the end of a `fit` can hold one
     worker for a second or more after its last callback (MobileNetV2 on 2 CPU workers: 1.0-2.5 s in about
-    1 of 3 fits, in no Python frame of Keras' `fit`: freeing what it made), and the next `fit`'s first
-    step would wait for that worker inside the timed epoch. Where the `fit` starts with a collective of its
-    own (kscale's broadcast under Horovod, every MultiWorkerMirroredStrategy `fit`) that wait falls before
-    the timed epoch anyway; without the barrier the hand-written Horovod script alone paid it, and kscale
-    looked faster than it was.
+    1 of 3 fits; it goes away with tf.data's autotuning off: benchmarks/fit_end_hold.py), and the next
+    `fit`'s first step would wait for that worker inside the timed epoch. Where the `fit` starts with a
+    collective of its own (kscale's broadcast under Horovod, every MultiWorkerMirroredStrategy `fit`) that
+    wait falls before the timed epoch anyway; without the barrier the hand-written Horovod script alone
+    paid it, and kscale looked faster than it was.
     """
     for job, timer in turns:
         job.barrier()
