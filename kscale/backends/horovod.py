@@ -93,9 +93,10 @@ class HorovodBackend(TFKerasBackend):
         return model
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: HorovodOptions) -> Any:
-        hvd = self.hvd
+        hvd, with_rate = self.hvd, super().optimizer_for
 
         def distributed(inner: Any) -> Any:
+            inner = with_rate(inner, learning_rate, options)
             wrapped = hvd.DistributedOptimizer(
                 inner,
                 compression=hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none,
@@ -108,7 +109,8 @@ class HorovodBackend(TFKerasBackend):
             type(wrapped).__module__ = type(inner).__module__
             return wrapped
 
-        return model_rebuild.with_inner(super().optimizer_for(optimizer, learning_rate, options), distributed)
+        # Under a loss scaling (mixed precision) both go to the optimizer inside it: one new LossScaleOptimizer.
+        return model_rebuild.with_inner(optimizer, distributed)
 
     def run_fit(
         self, model: tf.keras.Model, fit: Any, options: HorovodOptions, initial_epoch: int = 0
