@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,7 @@ class HorovodBackend(TFKerasBackend):
             # the saved model could be easily restored without Horovod"; the .keras format also records
             # the module, which was horovod._keras. Give the class the original's module to finish that.
             type(wrapped).__module__ = type(inner).__module__
+            average_every_update(wrapped)
             return wrapped
 
         # Under a loss scaling (mixed precision) both go to the optimizer inside it: one new LossScaleOptimizer.
@@ -152,7 +154,7 @@ class HorovodBackend(TFKerasBackend):
         # Without a tf.distribute strategy every rank's BackupAndRestore would write the same files:
         # all ranks restore from the backup, the chief alone writes it.
         return [
-            ChiefWritesBackup(cb, self.is_chief, self._barrier)
+            ChiefWritesBackup(cb, self.is_chief, self.barrier)
             if isinstance(cb, tf.keras.callbacks.BackupAndRestore)
             else cb
             for cb in super().user_callbacks(callbacks)
@@ -216,15 +218,62 @@ class HorovodBackend(TFKerasBackend):
         ]
         return tf.nest.pack_sequence_as(local, gathered)
 
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        hvd_tf = _optional.horovod_tensorflow()
+        rows = hvd_tf.allgather(tf.constant(np.asarray(values, np.float32)[None]), name="kscale.gather")
+        return rows.numpy()
+
     def average(self, values: list[float]) -> list[float]:
         hvd_tf = _optional.horovod_tensorflow()
         averaged = hvd_tf.allreduce(tf.constant(values, tf.float64), op=hvd_tf.Average, name="kscale.average")
         return [float(v) for v in averaged.numpy()]
 
-    def _barrier(self) -> None:
+    def barrier(self) -> None:
         """Wait until every rank gets here (Horovod 0.28's TensorFlow API has no barrier)."""
         hvd_tf = _optional.horovod_tensorflow()
         hvd_tf.allreduce(tf.constant(0.0), op=hvd_tf.Sum, name="kscale.barrier")
+
+
+def average_every_update(optimizer: Any) -> None:
+    """Make Horovod's DistributedOptimizer average the gradients of every update, however they arrive.
+
+    Horovod 0.28 allreduces in `compute_gradients`, which only `minimize` calls (Keras' own train_step).
+    A train_step that calls `apply_gradients` itself (Keras' guide "Customizing what happens in fit()",
+    a GAN) passes only through `aggregate_gradients`, the hook Keras >= 2.11 optimizers call in every
+    `apply_gradients`, which Horovod leaves to Keras (a sum over this process's one replica): those
+    gradients were never averaged and the workers drifted apart. Here `aggregate_gradients` averages
+    them, unless they are the ones `compute_gradients` already averaged (minimize: no second allreduce).
+    Bound to the object, as Keras binds `train_function`; `_allreduce` is Horovod's own reduction (with
+    its compression and local-variable rules), guarded by tests/unit/test_horovod_private.py.
+    """
+    if not hasattr(type(optimizer), "aggregate_gradients"):  # a legacy optimizer: Horovod's own paths
+        return
+    cls = type(optimizer)
+    averaged: set[int] = set()  # ids of gradients compute_gradients returned, averaged already
+
+    def compute_gradients(self: Any, loss: Any, var_list: Any, tape: Any = None) -> list:
+        pairs = cls.compute_gradients(self, loss, var_list, tape)
+        averaged.update(id(gradient) for gradient, _ in pairs if gradient is not None)
+        return pairs
+
+    def aggregate_gradients(self: Any, grads_and_vars: Any) -> list:
+        pairs = list(grads_and_vars)
+        present = [(g, v) for g, v in pairs if g is not None]
+        if all(id(g) in averaged for g, _ in present):
+            averaged.difference_update(id(g) for g, _ in present)
+            return pairs
+        if self._agg_helper is not None:
+            raise OptionError(
+                "backward_passes_per_step > 1 accumulates the gradients that the optimizer computes "
+                "(minimize, Keras' own train_step), but this train_step calls apply_gradients with "
+                "gradients of its own. Drop backward_passes_per_step, or use the Keras 3 optimizer option "
+                "gradient_accumulation_steps where your stack has it."
+            )
+        reduced = iter(self._allreduce([g for g, _ in present], [v for _, v in present]))
+        return [(g if g is None else next(reduced), v) for g, v in pairs]
+
+    optimizer.compute_gradients = types.MethodType(compute_gradients, optimizer)
+    optimizer.aggregate_gradients = types.MethodType(aggregate_gradients, optimizer)
 
 
 class _CommittedEpochs(tf.keras.callbacks.Callback):
