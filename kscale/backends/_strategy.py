@@ -78,6 +78,31 @@ class StrategyMixin:
         rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
         return self.clone_optimizer(optimizer, rate, options)
 
+    def local_weights(self, model: Any) -> list[np.ndarray]:
+        # This worker's first copy of each: reading a sync-on-read variable whole is a collective.
+        return [self.strategy.experimental_local_results(w)[0].numpy() for w in model.weights]
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Each worker's row placed by its first replica and summed over replicas (exact: the others add 0)."""
+        values = np.asarray(values, np.float32)
+        workers, per_worker = self.num_workers, self.replicas_per_worker
+
+        @tf.function
+        def placed(row: tf.Tensor) -> tf.Tensor:
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            first = tf.equal(replica % per_worker, 0)
+            rows = tf.one_hot(replica // per_worker, workers, dtype=tf.float32)[:, None] * row[None]
+            return tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.where(first, rows, tf.zeros_like(rows))
+            )
+
+        summed = self.strategy.run(placed, args=(tf.constant(values),))
+        return self.strategy.experimental_local_results(summed)[0].numpy()
+
+    def barrier(self) -> None:
+        if self.num_workers > 1:  # a one-number collective: every worker must reach it
+            first_replica_arrays(self.strategy, [np.zeros(1, np.float32)])
+
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
         part = data.worker_part(x, y, sample_weight, request)
@@ -128,9 +153,7 @@ class StrategyMixin:
         # Under a multi-worker strategy, these save through collectives and must run on every worker
         # (TensorFlow sends the other workers' copies to scratch folders and deletes them).
         kinds = self.keras_module().callbacks
-        everywhere = (
-            (kinds.ModelCheckpoint, kinds.TensorBoard, kinds.BackupAndRestore) if self.num_workers > 1 else ()
-        )
+        everywhere = (kinds.TensorBoard, kinds.BackupAndRestore) if self.num_workers > 1 else ()
         return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
 
 

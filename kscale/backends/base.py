@@ -90,10 +90,13 @@ class Backend(abc.ABC):
         """The Keras this backend's models come from (tf.keras, or Keras 3's `keras`)."""
 
     def chief_only_callback_types(self) -> tuple[type, ...]:
-        """Callbacks that write files or print progress: where every worker runs fit, each would write them."""
+        """Callbacks that write files or print progress: where every worker runs fit, each would write them.
+
+        Not ModelCheckpoint: it saves through the model's own save / save_weights, which kscale binds to
+        write on the chief (every worker taking part where saving is collective), so it runs everywhere and
+        its state (`best`, what code after fit reads) is the same on every rank."""
         callbacks = self.keras_module().callbacks
         return (
-            callbacks.ModelCheckpoint,
             callbacks.TensorBoard,
             callbacks.CSVLogger,
             callbacks.RemoteMonitor,
@@ -185,6 +188,14 @@ class Backend(abc.ABC):
         names = list(logs)
         return dict(zip(names, self.average([float(logs[name]) for name in names])))
 
+    def local_weights(self, model: Any) -> list[np.ndarray]:
+        """This worker's copy of the model's weights, read without any collective."""
+        return [np.asarray(w) for w in model.get_weights()]
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Every worker's `values` (float32, the same length everywhere), one row per worker, on every worker."""
+        return np.asarray(values, np.float32)[None]
+
     def average(self, values: list[float]) -> list[float]:
         """Average per-worker numbers over workers, so every worker reports the same.
 
@@ -214,6 +225,10 @@ class Backend(abc.ABC):
             checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
         elif self.saves_are_collective:
             checkpoint_io.scratch_save(filepath, write)
+        self.barrier()  # no worker goes on (to load what was saved, say) before the file is there
+
+    def barrier(self) -> None:
+        """Wait until every worker gets here (nothing to wait for in one process)."""
 
     def predict(
         self, model: Any, method: str, keras_method: Callable[..., Any], arguments: dict, options: Any

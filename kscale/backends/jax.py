@@ -95,6 +95,21 @@ class JaxBackend(Keras3Backend):
         keras.utils.set_random_seed(seed)
         return self.rebuild_in(model, self, weights=chief)
 
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float32)))
+
+    def local_weights(self, model: Any) -> list[np.ndarray]:
+        # This process's own shard of each (replicated) weight: no transfer between processes.
+        return [np.asarray(w.value.addressable_data(0)) for w in model.weights]
+
+    def barrier(self) -> None:
+        if self.num_workers > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("kscale.barrier")
+
     def predict(self, model: Any, method: str, keras_method: Any, arguments: dict, options: Any) -> Any:
         """Across processes Keras' predict returns arrays no process holds whole: predict with a copy of the
         model on this process's own devices instead, so every process gets all of its `x`, as elsewhere."""

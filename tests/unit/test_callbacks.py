@@ -17,7 +17,6 @@ from .conftest import StubWorkers, regression_data, tiny_model
 
 def file_writers(tmp_path) -> dict[str, tf.keras.callbacks.Callback]:
     return {
-        "ModelCheckpoint": tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt.h5")),
         "TensorBoard": tf.keras.callbacks.TensorBoard(log_dir=str(tmp_path / "logs")),
         "CSVLogger": tf.keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
         "ProgbarLogger": tf.keras.callbacks.ProgbarLogger(),
@@ -25,8 +24,11 @@ def file_writers(tmp_path) -> dict[str, tf.keras.callbacks.Callback]:
     }
 
 
-def everyone() -> dict[str, tf.keras.callbacks.Callback]:
+def everyone(tmp_path) -> dict[str, tf.keras.callbacks.Callback]:
+    """Callbacks every worker runs. ModelCheckpoint saves through the model's save, which kscale binds to
+    write on the chief: it runs everywhere, so its state (`best`) is the same on every rank."""
     return {
+        "ModelCheckpoint": tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt.h5")),
         "EarlyStopping": tf.keras.callbacks.EarlyStopping(),
         "LambdaCallback": tf.keras.callbacks.LambdaCallback(),
         "ReduceLROnPlateau": tf.keras.callbacks.ReduceLROnPlateau(),
@@ -46,14 +48,14 @@ class SecondOfTwoStrategyWorkers(MirroredBackend):
 
 
 def test_the_chief_runs_every_callback(tmp_path):
-    callbacks = [*file_writers(tmp_path).values(), *everyone().values()]
+    callbacks = [*file_writers(tmp_path).values(), *everyone(tmp_path).values()]
     kept = StubWorkers(0, 2).user_callbacks(callbacks)
     assert kept == callbacks and kept is not callbacks
 
 
 def test_non_chief_workers_drop_file_writers(tmp_path):
-    callbacks = [*file_writers(tmp_path).values(), *everyone().values()]
-    assert names(StubWorkers(1, 2).user_callbacks(callbacks)) == set(everyone())
+    callbacks = [*file_writers(tmp_path).values(), *everyone(tmp_path).values()]
+    assert names(StubWorkers(1, 2).user_callbacks(callbacks)) == set(everyone(tmp_path))
 
 
 def test_multi_worker_strategy_keeps_the_writers_that_must_run_everywhere(tmp_path):
@@ -62,7 +64,7 @@ def test_multi_worker_strategy_keeps_the_writers_that_must_run_everywhere(tmp_pa
     kept = SecondOfTwoStrategyWorkers(kscale.environment.Environment()).user_callbacks(
         [*writers.values(), backup]
     )
-    assert names(kept) == {"ModelCheckpoint", "TensorBoard", "BackupAndRestore"}
+    assert names(kept) == {"TensorBoard", "BackupAndRestore"}
     assert "CSVLogger" not in names(kept)
 
 
