@@ -199,6 +199,15 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
         no_separate_targets(y, sample_weight, "a tf.data.Dataset")
         batches = dataset_batches(x)
         notes = []
+        if batches is None and request.steps is None and (shard.count > 1 or request.replicas_per_worker > 1):
+            # File readers (TFRecordDataset, interleave) do not know their length, and the replicas must
+            # run the same steps: count the batches once, as one process's Keras finds them by reading.
+            batches = int(x.reduce(np.int64(0), lambda count, _: count + 1))
+            x = x.apply(tf.data.experimental.assert_cardinality(batches))
+            notes.append(
+                f"the {what}'s length was unknown: counted by reading it once ({batches} batches); pass "
+                "steps (steps_per_epoch, validation_steps) or assert_cardinality(n) to skip that pass"
+            )
         policy = x.options().experimental_distribute.auto_shard_policy
         if shard.count > 1 and policy == AutoShardPolicy.OFF:  # the user shards it (or wants it whole)
             notes.append(

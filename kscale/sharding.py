@@ -218,6 +218,12 @@ def part_length(total: int, shard: Shard) -> int:
     return (total - shard.index + shard.count - 1) // shard.count
 
 
+_CUTTABLE = (
+    "Pass numpy arrays, a keras.utils.Sequence / PyDataset of batches, or (with TensorFlow) a "
+    "tf.data.Dataset (e.g. Dataset.from_generator(...).batch(b))"
+)
+
+
 def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
     """Input kscale cannot cut (a generator, a DataFrame): fine for one worker, an error for several."""
     if x is None:
@@ -226,8 +232,15 @@ def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
         raise DataError(
             f"kscale cannot split {type(x).__name__} {request.what} between {request.shard.count} workers "
             "(only numpy arrays, tf.data.Dataset and keras.utils.Sequence / PyDataset can be sharded). "
-            "Wrap it in a tf.data.Dataset (e.g. Dataset.from_generator), or pass data_policy='none' if "
-            "you already give each worker its own data."
+            f"{_CUTTABLE}, or pass data_policy='none' if you already give each worker its own data."
+        )
+    if request.replicas_per_worker > 1:
+        # Keras would split each of its batches over the replicas: the global batch stays the batch the
+        # data yields while the rate is scaled for replicas x that batch, a silently different training.
+        raise DataError(
+            f"{type(x).__name__} {request.what} yields batches kscale cannot size per replica, and this "
+            f"process trains {request.replicas_per_worker} replicas, over which Keras would split each batch "
+            f"(the learning rate is scaled for {request.replicas_per_worker} whole batches). {_CUTTABLE}."
         )
     return WorkerPart("other", x, y, sample_weight)
 
