@@ -28,6 +28,7 @@ from kscale.errors import (
     MissingDependencyError,
     ModelError,
     OptionError,
+    RanksDivergedError,
 )
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ __all__ = [
     "ModelError",
     "OptionError",
     "Plan",
+    "RanksDivergedError",
     "__version__",
     "chief_only",
     "distribute",

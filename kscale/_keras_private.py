@@ -32,6 +32,20 @@ def learning_rate_object(optimizer: Any) -> Any:
     return rate
 
 
+def results_in_keras_order(model: Any, logs: dict) -> Any:
+    """evaluate()'s list (return_dict=False) from its dict, in the order Keras itself returns: the loss
+    first, then the compiled metrics, then the rest by name (a lone number alone).
+
+    Keras 3 orders the list in the private `Trainer._flatten_metrics_in_order` (a dict's own order puts
+    the compiled metrics before the loss); Keras 2's dict is already in `metrics_names` order.
+    """
+    flatten = getattr(model, "_flatten_metrics_in_order", None)
+    if flatten is not None:
+        return flatten(logs)
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
+
+
 def callback_hook_flags(callback: Any) -> dict[str, Any]:
     """How Keras 2's CallbackList decides whether to call a callback's batch hooks, and with which logs.
 

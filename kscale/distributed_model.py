@@ -23,6 +23,7 @@ from typing import Any
 
 from kscale import _keras_private, backends, frameworks, log
 from kscale.backends.base import Backend
+from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
@@ -226,7 +227,9 @@ def _fit_in_this_world(
     rescale = backend.keras_module().callbacks.LambdaCallback(
         on_train_begin=lambda logs: _rescale_restored_rate(self, feed.epoch_steps)
     )
-    a["callbacks"] = [*backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale]
+    # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
+    check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
+    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale]
     return _keras(self, "fit")(**a)
 
 
@@ -331,8 +334,7 @@ def _averaged(model: Any, name: str, arguments: dict) -> Any:
     combined = _state(model).backend.reduce_results(model, logs)  # the metric states are still there
     if return_dict:
         return combined
-    values = [combined[n] for n in logs]
-    return values[0] if len(values) == 1 else values
+    return _keras_private.results_in_keras_order(model, {n: combined[n] for n in logs})
 
 
 def _saved(model: Any, name: str, args: tuple, kwargs: dict, may_be_folder: bool) -> None:

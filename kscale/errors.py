@@ -29,5 +29,9 @@ class EnvironmentDetectionError(KScaleError):
     """The launcher's environment variables contradict each other."""
 
 
+class RanksDivergedError(KScaleError):
+    """The workers' weights are no longer the same: training would go on with N different models."""
+
+
 class BackendError(KScaleError):
     """The chosen backend cannot run in this process as it is set up."""

@@ -24,6 +24,8 @@ class Options:
     data_policy: DataPolicy = DataPolicy.SHARD
     batch_semantics: BatchSemantics = BatchSemantics.PER_REPLICA
     print_plan: bool = True
+    #: Compare the workers' weights at every epoch end and stop with RanksDivergedError if they differ.
+    check_agreement: bool = True
 
     @classmethod
     def parse(cls, options: dict[str, Any]) -> tuple[Options, dict[str, Any]]:
@@ -41,6 +43,8 @@ class Options:
         warmup = common.get("warmup_epochs", 0.0)
         if not isinstance(warmup, int | float) or isinstance(warmup, bool) or warmup < 0:
             raise OptionError(f"warmup_epochs={warmup!r} must be a number >= 0 (epochs of gradual warmup).")
+        if not isinstance(common.get("check_agreement", True), bool):
+            raise OptionError(f"check_agreement={common['check_agreement']!r} must be True or False.")
         if common.get("devices") is not None:
             common["devices"] = tuple(common["devices"])
         return cls(**common), rest

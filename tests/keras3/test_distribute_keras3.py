@@ -236,3 +236,16 @@ def test_mirrored_is_tensorflows_and_jax_is_jaxs():
 def test_a_keras_2_option_is_unknown_for_keras_3(distribute_as_worker):
     with pytest.raises(OptionError, match="unknown option\\(s\\) 'compression'"):
         distribute_as_worker(tiny_model(), compression="fp16")
+
+
+@pytest.mark.usefixtures("single_process")
+def test_evaluate_list_is_in_keras_order_loss_first():
+    """keras.io's MNIST example prints score[0] as the loss: the list must be Keras' own order (#19.9)."""
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    plain = model.evaluate(x, y, verbose=0)
+    distributed = kscale.distribute(model, print_plan=False)
+    assert distributed.evaluate(x, y, verbose=0) == pytest.approx(plain)
+    assert hasattr(model, "_flatten_metrics_in_order")  # the private order kscale follows (_keras_private)

@@ -1,0 +1,42 @@
+"""Ranks never diverge silently: the workers' weights compared at every epoch end.
+
+Every worker fingerprints its weights (a CRC of each array's bytes: any difference, even in the last
+bit, shows) and the backend gathers every worker's fingerprint to every worker, so all of them reach
+the same verdict and stop together, with an error that names the ranks and weights that differ and the
+likely causes. Framework-free: the backend reads the weights and gathers the numbers.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from kscale.errors import RanksDivergedError
+
+
+def fingerprint(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Each array's CRC-32, as two 16-bit halves in float32 (exact in every collective's float sum)."""
+    crcs = [zlib.crc32(np.ascontiguousarray(a).tobytes()) for a in arrays]
+    return np.array([part for crc in crcs for part in (crc >> 16, crc & 0xFFFF)], np.float32)
+
+
+def check(gathered: np.ndarray, names: Sequence[str], epoch: int) -> None:
+    """Raise RanksDivergedError unless every worker's row of `gathered` equals the chief's."""
+    differing = [rank for rank in range(1, len(gathered)) if not np.array_equal(gathered[rank], gathered[0])]
+    if not differing:
+        return
+    rows = gathered.reshape(len(gathered), -1, 2)
+    weights = [
+        name for i, name in enumerate(names) if any((rows[r, i] != rows[0, i]).any() for r in differing)
+    ]
+    shown = ", ".join(weights[:5]) + (f" and {len(weights) - 5} more" if len(weights) > 5 else "")
+    raise RanksDivergedError(
+        f"after epoch {epoch + 1} the weights of rank(s) {', '.join(map(str, differing))} differ from rank 0's "
+        f"({len(weights)} of {len(names)} arrays: {shown}). Every rank should hold the same model. Likely "
+        "causes: an optimizer kscale did not reach (one your train_step creates or applies outside "
+        "model.optimizer and the model's compile), randomness that differs per rank inside train_step, or "
+        "a callback that changes weights on some ranks only. Fix that; to train on regardless, pass "
+        "check_agreement=False to kscale.distribute()."
+    )
