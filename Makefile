@@ -88,21 +88,22 @@ lint: venv
 	$(LANE_A)/bin/ruff check .
 	$(LANE_A)/bin/ruff format --check .
 
-# Every lane: A runs the whole suite; B and C the framework-free tests, their own unit tests and the
-# end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test).
+# Every lane: A runs the whole suite; B and C the framework-free tests, their own unit tests, the
+# end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test) and the
+# conformance suite (tests/conformance: Keras programs as users write them, under every backend).
 test: lint test-a test-b test-jax test-tf221
 
 test-a: venv sshd
 	$(PY) $(PYTEST) --ignore=tests/keras3
 
 test-b: $(LANE_B)/.ready
-	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack
+	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance
 
 test-jax: $(LANE_JAX)/.ready
-	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack
+	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
 
 test-tf221: $(LANE_TF)/.ready
-	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack
+	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
 
 test-fast: venv
 	$(PY) $(PYTEST) -m "not multiprocess" --ignore=tests/keras3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -61,3 +62,21 @@ def worker_env() -> Callable[..., dict[str, str]]:
         return env
 
     return make
+
+
+@pytest.fixture(scope="session")
+def launch(worker_env):
+    """Run a command from the repo root; its output (stdout and stderr) and status."""
+
+    def run(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(a) for a in args],
+            env=worker_env(**extra_env),
+            cwd=REPO,
+            timeout=timeout,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    return run

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from kscale import frameworks
 
@@ -23,24 +20,6 @@ def lane_backends() -> list[str]:
     if KERAS.backend == "jax":
         return ["jax_processes", "jax_devices", "jax_rebuilt"]
     return ["mirrored"]
-
-
-@pytest.fixture(scope="session")
-def launch(worker_env):
-    """Run a command from the repo root; its output (stdout and stderr) and status."""
-
-    def run(args: list[str], timeout: int = 240, **extra_env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(a) for a in args],
-            env=worker_env(**extra_env),
-            cwd=REPO,
-            timeout=timeout,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-
-    return run
 
 
 def kscale_run(engine: str, n: int, *command: str) -> list[str]:

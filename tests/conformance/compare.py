@@ -1,0 +1,116 @@
+"""What the conformance suite asserts of one program under one way of running, against the reference.
+
+Kept apart from the test module so the same checks run on a saved run's output while debugging:
+    python -m tests.conformance.compare REFERENCE_DIR RUN_DIR RANKS
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TOLERANCE = 1e-5
+#: Records that only the chief holds (what it alone wrote): compared with the reference, not across ranks.
+CHIEF_ONLY_PREFIX = "chief_"
+
+
+def load(directory: Path, program: str, rank: int) -> dict:
+    with open(directory / f"{program}.{rank}.pkl", "rb") as f:
+        return pickle.load(f)
+
+
+def max_difference(a: Any, b: Any) -> float:
+    """The largest absolute difference between two records of the same structure (inf where they differ)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return float("inf")
+        return max([max_difference(a[k], b[k]) for k in a] or [0.0])
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return float("inf")
+        return max([max_difference(u, v) for u, v in zip(a, b)] or [0.0])
+    if isinstance(a, str | bool | type(None)) or isinstance(b, str | bool | type(None)):
+        return 0.0 if a == b else float("inf")
+    a, b = np.asarray(a, dtype="float64"), np.asarray(b, dtype="float64")
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def files_written(directory: Path) -> list[str]:
+    """Every file under a program's folder, TensorBoard's event files by folder (their names hold the host
+    and the time)."""
+    found = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            relative = os.path.relpath(os.path.join(root, name), directory)
+            found.append(os.path.dirname(relative) + "/<events>" if "tfevents" in name else relative)
+    return sorted(found)
+
+
+def check(program: str, reference_dir: Path, run_dir: Path, ranks: int) -> None:
+    """Raise AssertionError saying what differs, unless the run trained like the reference."""
+    module = importlib.import_module(f"tests.conformance.programs.{program}")
+    reference = load(reference_dir, program, 0)
+    assert reference["error"] is None, f"the one-process reference failed:\n{reference['error']}"
+    results = [load(run_dir, program, rank) for rank in range(ranks)]
+    expected_error = getattr(module, "EXPECT_ERROR_WHEN_DISTRIBUTED", None)
+    if expected_error:  # every distributed run trains 2 replicas
+        for rank, result in enumerate(results):
+            assert result["error"] and result["kscale_error"], (
+                f"rank {rank}: expected a KScaleError, got {result}"
+            )
+            assert result["error"].startswith(expected_error), f"rank {rank}: {result['error']}"
+        return
+    for rank, result in enumerate(results):
+        assert result["error"] is None, f"rank {rank} failed:\n{result['error']}"
+    chief = results[0]
+    for rank, result in enumerate(results[1:], start=1):
+        assert max_difference(result["weights"], chief["weights"]) == 0.0, (
+            f"rank {rank}'s weights differ from rank 0's"
+        )
+        for name, value in result["records"].items():
+            if not name.startswith(CHIEF_ONLY_PREFIX):
+                assert max_difference(value, chief["records"][name]) == 0.0, (
+                    f"{name} differs between ranks: rank 0 {chief['records'][name]!r}, rank {rank} {value!r}"
+                )
+    tolerance = getattr(module, "TOLERANCE", TOLERANCE)
+    if module.EXACT:
+        moved = max_difference(reference["weights"], _initial(reference))
+        assert moved is None or moved > 10 * tolerance, (
+            "training did not move the weights: nothing is compared"
+        )
+        difference = max_difference(chief["weights"], reference["weights"])
+        assert difference < tolerance, (
+            f"weights differ from one process at the global batch by {difference:g}"
+        )
+        for name, value in reference["records"].items():
+            difference = max_difference(chief["records"].get(name), value)
+            assert difference < tolerance, (
+                f"{name}: {chief['records'].get(name)!r}, one process at the global batch: {value!r}"
+            )
+    assert files_written(run_dir / program) == files_written(reference_dir / program), "files written differ"
+    for check_records in getattr(module, "CHECKS", ()):
+        check_records(chief["records"])
+
+
+def _initial(reference: dict) -> Any:
+    return reference["records"].get("initial_weights")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    reference_dir, run_dir, ranks = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    names = sorted({p.name.split(".")[0] for p in run_dir.glob("*.0.pkl")})
+    for name in names:
+        try:
+            check(name, reference_dir, run_dir, ranks)
+            print(f"PASS {name}")
+        except AssertionError as err:
+            print(f"FAIL {name}: {str(err)[:1500]}")

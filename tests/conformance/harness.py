@@ -1,0 +1,106 @@
+"""What a conformance program is handed: the one line, and what one process at the global batch uses.
+
+A program is written as a Keras user writes it, with one difference from its one-process version: the
+line `model = job.distribute(model)`. In the reference run that line does nothing and the program trains
+with the global batch and rate (`job.batch(b)`, `job.rate(r)`: b and r times the replicas); under kscale
+it is `kscale.distribute(model)` and the batch and rate are the per-replica ones the user writes (kscale
+scales them). Everything a program wants compared is `job.record`ed; the runner adds the final weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+import kscale
+from kscale import frameworks
+
+KERAS = frameworks.process_keras()
+#: "keras2" (tf.keras), "keras3-tf" or "keras3-jax": which programs run, and which form of them.
+FAMILY = "keras2" if KERAS.generation == 2 else f"keras3-{'tf' if KERAS.backend == 'tensorflow' else 'jax'}"
+REPLICAS = 2  # every distributed run of the suite trains on two replicas
+
+
+def keras_module() -> Any:
+    if KERAS.generation == 2:
+        import tensorflow as tf
+
+        return tf.keras
+    import keras
+
+    return keras
+
+
+@dataclasses.dataclass
+class Job:
+    """One program's run: reference (one process, plain Keras) or distributed (kscale, 2 replicas)."""
+
+    reference: bool
+    directory: str  # shared by every rank of the run: files the program writes go here
+    options: dict  # kscale.distribute options of this way of running (backend, devices)
+    records: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def keras(self) -> Any:
+        return keras_module()
+
+    @property
+    def family(self) -> str:
+        return FAMILY
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.reference else kscale.rank()
+
+    def distribute(self, model: Any) -> Any:
+        """The one line."""
+        return model if self.reference else kscale.distribute(model, **self.options)
+
+    def batch(self, per_replica: int) -> int:
+        return per_replica * REPLICAS if self.reference else per_replica
+
+    def rate(self, per_replica: float) -> float:
+        return per_replica * REPLICAS if self.reference else per_replica
+
+    def seed(self, seed: int = 1) -> None:
+        """Seed before building a model. Under tf.keras every rank but the chief starts from other weights,
+        so the broadcast is exercised; Keras 3 on JAX creates variables collectively (same seed on all)."""
+        differ = not self.reference and KERAS.generation == 2
+        kscale.set_seed(seed + (100 * self.rank if differ else 0))
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def record(self, name: str, value: Any) -> None:
+        """Something to compare: with the other ranks (always) and with the reference (where exact)."""
+        self.records[name] = _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    """Numbers and arrays as numpy, containers kept: picklable and comparable."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str | bool | type(None)):
+        return value
+    return np.asarray(value)
+
+
+def data(samples: int, features: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A small regression problem, the same on every rank."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(samples, features)).astype("float32")
+    y = (x @ rng.normal(size=(features, 1)) + 0.1).astype("float32")
+    return x, y
+
+
+def classes(samples: int, shape: tuple[int, ...], num_classes: int, seed: int = 0) -> tuple:
+    """A small classification problem (labels a function of the inputs), the same on every rank."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(samples, *shape)).astype("float32")
+    scores = x.reshape(samples, -1) @ rng.normal(size=(int(np.prod(shape)), num_classes))
+    return x, scores.argmax(axis=1).astype("int32")

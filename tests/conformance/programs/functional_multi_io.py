@@ -1,0 +1,46 @@
+"""keras.io "The Functional API" (multi-input, multi-output): two named inputs, two named outputs with
+their own losses and loss weights, dict data, validation_data, evaluate(return_dict=True)."""
+
+import numpy as np
+
+from tests.conformance.harness import data
+
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+EXACT = True
+
+
+def main(job):
+    keras = job.keras
+    x1, y1 = data(80, 4)
+    x2, y2 = data(80, 3, seed=1)
+    labels = (y1 > np.median(y1)).astype("float32")
+    job.seed()
+    first = keras.Input(shape=(4,), name="first")
+    second = keras.Input(shape=(3,), name="second")
+    joined = keras.layers.concatenate([keras.layers.Dense(6, activation="tanh")(first), second])
+    value = keras.layers.Dense(1, name="value")(joined)
+    flag = keras.layers.Dense(1, activation="sigmoid", name="flag")(joined)
+    model = keras.Model(inputs=[first, second], outputs=[value, flag])
+    model.compile(
+        optimizer=keras.optimizers.SGD(job.rate(0.02)),
+        loss={"value": "mse", "flag": "binary_crossentropy"},
+        loss_weights={"value": 1.0, "flag": 0.5},
+        metrics={"flag": ["accuracy"]},
+    )
+    model = job.distribute(model)
+    inputs = {"first": x1, "second": x2}
+    targets = {"value": y1 + y2, "flag": labels}
+    validation = ({"first": x1[:24], "second": x2[:24]}, {"value": (y1 + y2)[:24], "flag": labels[:24]})
+    history = model.fit(
+        inputs,
+        targets,
+        batch_size=job.batch(4),
+        epochs=2,
+        validation_data=validation,
+        shuffle=False,
+        verbose=0,
+    )
+    job.record("history", history.history)
+    job.record("evaluate", model.evaluate(inputs, targets, verbose=0, return_dict=True))
+    job.record("predict", model.predict(inputs, verbose=0))
+    return model

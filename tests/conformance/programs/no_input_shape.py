@@ -1,0 +1,34 @@
+"""Horovod's own Keras examples (keras_mnist.py): Sequential without an input shape, compiled, trained; the
+model is built on its first batch. Its initializers are seeded (as reproducible scripts do), so the
+first batch builds the same weights in every run."""
+
+from tests.conformance.harness import classes
+
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+EXACT = True
+
+
+def main(job):
+    keras = job.keras
+    x, y = classes(64, (5, 5, 1), 3)
+
+    def init(seed):
+        return keras.initializers.GlorotUniform(seed=seed)
+
+    model = keras.Sequential(
+        [
+            keras.layers.Conv2D(4, kernel_size=(3, 3), activation="relu", kernel_initializer=init(1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax", kernel_initializer=init(2)),
+        ]
+    )
+    model.compile(
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.SGD(job.rate(0.05)),
+        metrics=["accuracy"],
+    )
+    model = job.distribute(model)
+    history = model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
+    job.record("history", history.history)
+    job.record("evaluate", model.evaluate(x, y, verbose=0))
+    return model
