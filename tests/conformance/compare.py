@@ -61,6 +61,8 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int) -> None:
     assert reference["error"] is None, f"the one-process reference failed:\n{reference['error']}"
     results = [load(run_dir, program, rank) for rank in range(ranks)]
     expected_error = getattr(module, "EXPECT_ERROR_WHEN_DISTRIBUTED", None)
+    if ranks > 1:
+        expected_error = expected_error or getattr(module, "EXPECT_ERROR_WITH_WORKERS", None)
     if expected_error:  # every distributed run trains 2 replicas
         for rank, result in enumerate(results):
             assert result["error"] and result["kscale_error"], (

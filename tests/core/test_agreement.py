@@ -1,0 +1,31 @@
+"""kscale.agreement: the fingerprint sees any difference, and the verdict names the ranks and weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kscale import agreement
+from kscale.errors import KScaleError, RanksDivergedError
+
+
+def test_equal_weights_pass_and_a_last_bit_difference_is_seen():
+    weights = [np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4), np.ones(4, np.float32)]
+    same = agreement.fingerprint(weights)
+    agreement.check(np.stack([same, agreement.fingerprint([w.copy() for w in weights])]), ["k", "b"], 0)
+    nudged = [weights[0].copy(), weights[1]]
+    nudged[0].view(np.int32)[1, 2] ^= 1  # one bit of one number
+    with pytest.raises(RanksDivergedError) as raised:
+        agreement.check(np.stack([same, same, agreement.fingerprint(nudged)]), ["kernel", "bias"], 2)
+    message = str(raised.value)
+    assert "epoch 3" in message and "rank(s) 2 " in message and "1 of 2 arrays: kernel)" in message
+    assert "check_agreement=False" in message and isinstance(raised.value, KScaleError)
+
+
+def test_fingerprints_are_exact_in_float32_sums():
+    """Each CRC travels as two 16-bit halves: integers a float32 holds exactly, so a sum with zeros (the
+    strategies' gather) gives them back unchanged."""
+    printed = agreement.fingerprint([np.arange(1000, dtype=np.float64)])
+    assert printed.dtype == np.float32 and printed.shape == (2,)
+    assert (printed < 2**16).all() and (printed == np.round(printed)).all()
+    assert np.array_equal(printed + np.zeros_like(printed), printed)
