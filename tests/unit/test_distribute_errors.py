@@ -261,15 +261,17 @@ def test_steps_per_epoch_below_the_replicas_under_shard(distribute_as_worker):
     assert "steps_per_epoch=1 is smaller than the 2 replicas" in message_of(err)
 
 
-def test_dataset_of_unknown_length_on_two_workers_needs_steps(distribute_as_worker):
+def test_dataset_of_unknown_length_on_two_workers_is_counted_once(distribute_as_worker):
+    """A file reader's or filter's dataset does not know its length: kscale reads it once to count the
+    batches (the workers must run the same steps), takes this worker's half, and the plan says so."""
     model = distribute_as_worker(tiny_model())
     x, y = regression_data(16)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).filter(lambda a, b: True).batch(2)
-    with pytest.raises(DataError) as err:
-        model.fit(dataset, verbose=0)
-    message = message_of(err)
-    assert "length of the training data is unknown" in message
-    assert "steps_per_epoch" in message and "assert_cardinality" in message
+    history = model.fit(dataset, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert model.kscale_plan.steps_per_epoch_after == 4  # 8 batches, worker 0's half
+    assert int(model.optimizer.iterations.numpy()) == 8
+    assert any("counted by reading it once (8 batches)" in note for note in model.kscale_plan.notes)
 
 
 # -- data kscale cannot split ----------------------------------------------------------------------------
