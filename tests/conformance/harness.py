@@ -42,6 +42,8 @@ class Job:
     directory: str  # shared by every rank of the run: files the program writes go here
     options: dict  # kscale.distribute options of this way of running (backend, devices)
     records: dict = dataclasses.field(default_factory=dict)
+    #: The weights at the one line (before training); empty for a model built on its first batch.
+    initial_weights: list = dataclasses.field(default_factory=list)
 
     @property
     def keras(self) -> Any:
@@ -56,7 +58,11 @@ class Job:
         return 0 if self.reference else kscale.rank()
 
     def distribute(self, model: Any) -> Any:
-        """The one line."""
+        """The one line (and the weights as it finds them, to show that training moved them)."""
+        try:
+            self.initial_weights = [np.asarray(w) for w in model.get_weights()]
+        except ValueError:  # Keras 2, a model built on its first batch: no weights yet
+            self.initial_weights = []
         return model if self.reference else kscale.distribute(model, **self.options)
 
     def batch(self, per_replica: int) -> int:

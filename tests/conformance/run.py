@@ -68,6 +68,7 @@ for name in wanted:
         result["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()[-3000:]}"
         result["kscale_error"] = isinstance(err, kscale.KScaleError)
     result["records"] = job.records
+    result["initial_weights"] = job.initial_weights
     with open(Path(args.out) / f"{name}.{job.rank}.pkl", "wb") as f:
         pickle.dump(result, f)
     print(f"conformance: {name} rank {job.rank}: {'error' if result['error'] else 'done'}", flush=True)
