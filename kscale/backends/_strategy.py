@@ -83,21 +83,11 @@ class StrategyMixin:
         return [self.strategy.experimental_local_results(w)[0].numpy() for w in model.weights]
 
     def gather(self, values: np.ndarray) -> np.ndarray:
-        """Each worker's row placed by its first replica and summed over replicas (exact: the others add 0)."""
-        values = np.asarray(values, np.float32)
-        workers, per_worker = self.num_workers, self.replicas_per_worker
-
-        @tf.function
-        def placed(row: tf.Tensor) -> tf.Tensor:
-            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-            first = tf.equal(replica % per_worker, 0)
-            rows = tf.one_hot(replica // per_worker, workers, dtype=tf.float32)[:, None] * row[None]
-            return tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, tf.where(first, rows, tf.zeros_like(rows))
-            )
-
-        summed = self.strategy.run(placed, args=(tf.constant(values),))
-        return self.strategy.experimental_local_results(summed)[0].numpy()
+        """Each worker's `values` in its own row of zeros, summed over the workers' first replicas (exact:
+        every other number added is 0)."""
+        rows = np.zeros((self.num_workers, len(values)), np.float32)
+        rows[self.worker_index] = values
+        return sum_over_replicas(self.strategy, [rows], every=self.replicas_per_worker)[0]
 
     def barrier(self) -> None:
         if self.num_workers > 1:  # a one-number collective: every worker must reach it
@@ -188,18 +178,30 @@ def first_replica_arrays(strategy: tf.distribute.Strategy, arrays: list[np.ndarr
         if tf.as_dtype(array.dtype).is_floating:  # bfloat16 too, which numpy does not count as a float
             by_dtype.setdefault(array.dtype, []).append(i)
 
-    @tf.function  # one function, traced once per dtype
-    def first_replica_sum(packed: tf.Tensor) -> tf.Tensor:
-        context = tf.distribute.get_replica_context()
-        first = tf.equal(context.replica_id_in_sync_group, 0)
-        # where, not a product: a NaN in another worker's weights must not reach the sum
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(first, packed, tf.zeros_like(packed)))
-
-    for indices in by_dtype.values():
-        packed = np.concatenate([arrays[i].reshape(-1) for i in indices])
-        summed = strategy.run(first_replica_sum, args=(tf.constant(packed),))
-        flat = strategy.experimental_local_results(summed)[0].numpy()
+    groups = list(by_dtype.values())
+    packed = [np.concatenate([arrays[i].reshape(-1) for i in indices]) for indices in groups]
+    sums = sum_over_replicas(strategy, packed, every=strategy.num_replicas_in_sync)  # replica 0 alone
+    for indices, flat in zip(groups, sums):
         ends = np.cumsum([arrays[i].size for i in indices])
         for i, part in zip(indices, np.split(flat, ends[:-1])):
             out[i] = part.reshape(arrays[i].shape)
     return out
+
+
+def sum_over_replicas(
+    strategy: tf.distribute.Strategy, arrays: list[np.ndarray], every: int
+) -> list[np.ndarray]:
+    """Each array summed over replicas 0, every, 2·every, ... (the first of each worker when `every` is the
+    replicas per worker), the others giving zeros; as this worker's first replica reads the sum."""
+
+    @tf.function  # one function, traced once per dtype and shape
+    def summed(value: tf.Tensor) -> tf.Tensor:
+        context = tf.distribute.get_replica_context()
+        kept = tf.equal(context.replica_id_in_sync_group % every, 0)
+        # where, not a product: a NaN in another worker's weights must not reach the sum
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(kept, value, tf.zeros_like(value)))
+
+    return [
+        strategy.experimental_local_results(strategy.run(summed, args=(tf.constant(a),)))[0].numpy()
+        for a in arrays
+    ]
