@@ -249,7 +249,9 @@ def average_every_update(optimizer: Any) -> None:
     if not hasattr(type(optimizer), "aggregate_gradients"):  # a legacy optimizer: Horovod's own paths
         return
     cls = type(optimizer)
-    averaged: set[int] = set()  # ids of gradients compute_gradients returned, averaged already
+    # Ids of the gradients compute_gradients last returned, averaged already. minimize hands them straight
+    # to apply_gradients, so each aggregate_gradients call empties it: no stale id is ever matched.
+    averaged: set[int] = set()
 
     def compute_gradients(self: Any, loss: Any, var_list: Any, tape: Any = None) -> list:
         pairs = cls.compute_gradients(self, loss, var_list, tape)
@@ -259,8 +261,9 @@ def average_every_update(optimizer: Any) -> None:
     def aggregate_gradients(self: Any, grads_and_vars: Any) -> list:
         pairs = list(grads_and_vars)
         present = [(g, v) for g, v in pairs if g is not None]
-        if all(id(g) in averaged for g, _ in present):
-            averaged.difference_update(id(g) for g, _ in present)
+        already = all(id(g) in averaged for g, _ in present)
+        averaged.clear()
+        if already:
             return pairs
         if self._agg_helper is not None:
             raise OptionError(
