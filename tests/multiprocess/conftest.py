@@ -83,24 +83,16 @@ def tf_config_workers(worker_env):
 
 
 @pytest.fixture(scope="session")
-def run_python(worker_env):
-    """Run a plain single Python process with the repo importable."""
+def run_python(launch):
+    """Run a plain single Python process with the repo importable (tests/conftest.py's `launch`)."""
 
-    def launch(
+    def run(
         args: list[str], timeout: int = 240, check: bool = True, **extra_env: str
     ) -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            [sys.executable, *args],
-            env=worker_env(**extra_env),
-            cwd=REPO,
-            timeout=timeout,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        done = launch([sys.executable, *args], timeout=timeout, **extra_env)
         return _check(done, "python") if check else done
 
-    return launch
+    return run
 
 
 @pytest.fixture(scope="session")
