@@ -78,9 +78,9 @@ class StrategyMixin:
         rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
         return self.clone_optimizer(optimizer, rate, options)
 
-    def local_weights(self, model: Any) -> list[np.ndarray]:
+    def local_values(self, variables: list) -> list[np.ndarray]:
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.
-        return [self.strategy.experimental_local_results(w)[0].numpy() for w in model.weights]
+        return [self.strategy.experimental_local_results(v)[0].numpy() for v in variables]
 
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Each worker's `values` in its own row of zeros, summed over the workers' first replicas (exact:

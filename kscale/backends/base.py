@@ -188,9 +188,9 @@ class Backend(abc.ABC):
         names = list(logs)
         return dict(zip(names, self.average([float(logs[name]) for name in names])))
 
-    def local_weights(self, model: Any) -> list[np.ndarray]:
-        """This worker's copy of the model's weights, read without any collective."""
-        return [np.asarray(w) for w in model.get_weights()]
+    def local_values(self, variables: list) -> list[np.ndarray]:
+        """This worker's copy of each variable's value, read without any collective."""
+        return [np.asarray(v) for v in variables]
 
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Every worker's `values` (float32, the same length everywhere), one row per worker, on every worker."""

@@ -100,9 +100,9 @@ class JaxBackend(Keras3Backend):
 
         return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float32)))
 
-    def local_weights(self, model: Any) -> list[np.ndarray]:
-        # This process's own shard of each (replicated) weight: no transfer between processes.
-        return [np.asarray(w.value.addressable_data(0)) for w in model.weights]
+    def local_values(self, variables: list) -> list[np.ndarray]:
+        # This process's own shard of each (replicated) variable: no transfer between processes.
+        return [np.asarray(v.value.addressable_data(0)) for v in variables]
 
     def barrier(self) -> None:
         if self.num_workers > 1:

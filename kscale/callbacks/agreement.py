@@ -20,13 +20,18 @@ def _callback_class(callback_base: type) -> type:
             self._backend = backend
 
         def on_epoch_end(self, epoch, logs=None):
-            weights = self._backend.local_weights(self.model)
-            gathered = self._backend.gather(agreement.fingerprint(weights))
-            agreement.check(
-                gathered, [w.path if hasattr(w, "path") else w.name for w in self.model.weights], epoch
-            )
+            weights = _weights_without_metric_states(self.model)
+            gathered = self._backend.gather(agreement.fingerprint(self._backend.local_values(weights)))
+            agreement.check(gathered, [getattr(w, "path", None) or w.name for w in weights], epoch)
 
     return AgreementCheck
+
+
+def _weights_without_metric_states(model: Any) -> list:
+    """The model's weights, less the state of its metrics: Keras 2 counts a metric kept as an attribute
+    (the guide's `self.loss_tracker`) among `model.weights`, and each worker's metric state is its own."""
+    states = {id(v) for metric in model.metrics for v in metric.variables}
+    return [w for w in model.weights if id(w) not in states]
 
 
 def agreement_check(backend: Any) -> Any:

@@ -60,7 +60,7 @@ class Job:
     def distribute(self, model: Any) -> Any:
         """The one line (and the weights as it finds them, to show that training moved them)."""
         try:
-            self.initial_weights = [np.asarray(w) for w in model.get_weights()]
+            self.initial_weights = model_weights(model)
         except ValueError:  # Keras 2, a model built on its first batch: no weights yet
             self.initial_weights = []
         return model if self.reference else kscale.distribute(model, **self.options)
@@ -83,6 +83,13 @@ class Job:
     def record(self, name: str, value: Any) -> None:
         """Something to compare: with the other ranks (always) and with the reference (where exact)."""
         self.records[name] = _plain(value)
+
+
+def model_weights(model: Any) -> list[np.ndarray]:
+    """The model's weights without its metrics' state, which is each worker's own (Keras 2 counts a metric
+    kept as an attribute among the weights)."""
+    states = {id(v) for metric in model.metrics for v in metric.variables}
+    return [np.asarray(w) for w in model.weights if id(w) not in states]
 
 
 def _plain(value: Any) -> Any:

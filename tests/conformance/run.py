@@ -34,7 +34,6 @@ if args.devices > 1:  # JAX reads this when it starts
     )
 
 sys.path.insert(0, str(HERE.parents[1]))  # the repo: tests.conformance.*
-import numpy as np  # noqa: E402
 
 import kscale  # noqa: E402
 from tests.conformance import harness  # noqa: E402
@@ -63,7 +62,7 @@ for name in wanted:
     result: dict = {"error": None, "kscale_error": False}
     try:
         model = program.main(job)
-        result["weights"] = [np.asarray(w) for w in model.get_weights()]
+        result["weights"] = harness.model_weights(model)
     except Exception as err:  # recorded for the test to judge: a KScaleError may be the expected answer
         result["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()[-3000:]}"
         result["kscale_error"] = isinstance(err, kscale.KScaleError)
