@@ -58,3 +58,21 @@ def callback_hook_flags(callback: Any) -> dict[str, Any]:
         "test_batch_hooks": callback._implements_test_batch_hooks,
         "predict_batch_hooks": callback._implements_predict_batch_hooks,
     }
+
+
+def clone_uncompiled(keras: Any, model: Any) -> Any:
+    """Keras 3's `clone_model` of a compiled model, nested models included, left uncompiled.
+
+    Keras 3's clone_model compiles a Sequential or functional copy from `get_compile_config()`, which
+    fails for a custom loss or metric class that is not registered (most users' own Metric subclasses)
+    and would share nothing with the objects kscale compiles the copy with anyway. Keras has no switch
+    for it: it reads the `compiled` attribute, so that is set aside for the copy.
+    """
+    compiled = model.compiled
+    model.compiled = False
+    try:
+        # recursive: a model nested in it (a BERT encoder) is copied layer by layer too, where from_config
+        # would need its custom layers registered.
+        return keras.models.clone_model(model, recursive=True)
+    finally:
+        model.compiled = compiled

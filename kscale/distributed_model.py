@@ -89,6 +89,7 @@ def distribute(model: Any, **options: Any) -> Any:
         data_policy=opts.data_policy,
         batch_semantics=opts.batch_semantics,
         devices=backend.devices,
+        notes=tuple(backend.notes()),
     )
     object.__setattr__(placed, _STATE, _State(backend, opts, backend_options, plan))
     for name, method in _METHODS.items():
@@ -217,7 +218,7 @@ def _fit_in_this_world(
             epochs_after=a.get("epochs", 1),
             steps_per_epoch_before=user_steps,
             steps_per_epoch_after=feed.epoch_steps,
-            notes=tuple(feed.notes),
+            notes=(*backend.notes(), *feed.notes),
         ),
     )
     _print_plan_once(self)
@@ -257,10 +258,10 @@ def _replan_world(model: Any) -> None:
 
 def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' evaluate on this worker's part of the data, averaged over workers: the same on every rank."""
-    if kwargs.get("_use_cached_eval_dataset"):  # Keras' own fit validating: its data is already fed
-        logs = _keras(self, "evaluate")(*args, **kwargs)
-        return _state(self).backend.reduce_results(self, logs) if isinstance(logs, dict) else logs
     state = _state(self)
+    if kwargs.get("_use_cached_eval_dataset"):  # Keras' own fit validating: its data is already fed
+        return state.backend.evaluate(self, _keras(self, "evaluate"), kwargs, state.compile_args)
+
     backend = state.backend
     a = _arguments(self, "evaluate", args, kwargs)
     per_replica = _per_replica_batch(state, a.get("batch_size"))
@@ -330,8 +331,13 @@ _METHODS: dict[str, Callable[..., Any]] = {
 def _averaged(model: Any, name: str, arguments: dict) -> Any:
     """Keras' `name` (evaluate, *_on_batch), its numbers combined over workers, in the form asked for."""
     return_dict = arguments.get("return_dict", False)
-    logs = _keras(model, name)(**{**arguments, "return_dict": True})
-    combined = _state(model).backend.reduce_results(model, logs)  # the metric states are still there
+    state = _state(model)
+    arguments = {**arguments, "return_dict": True}
+    if name == "evaluate":
+        logs = combined = state.backend.evaluate(model, _keras(model, name), arguments, state.compile_args)
+    else:
+        logs = _keras(model, name)(**arguments)
+        combined = state.backend.reduce_results(model, logs)  # the metric states are still there
     if return_dict:
         return combined
     return _keras_private.results_in_keras_order(model, {n: combined[n] for n in logs})
@@ -432,7 +438,15 @@ def _request(
         shard = Shard()
     every_sample = policy is DataPolicy.EVERY_SAMPLE and not evaluation
     return FeedRequest(
-        per_replica, shuffle, steps, what, policy.value, shard, backend.replicas_per_worker, every_sample
+        per_replica,
+        shuffle,
+        steps,
+        what,
+        policy.value,
+        shard,
+        backend.replicas_per_worker,
+        every_sample,
+        evaluation,
     )
 
 

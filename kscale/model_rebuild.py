@@ -134,13 +134,36 @@ def _clone(model: tf.keras.Model) -> tf.keras.Model:
             "arguments of __init__) or create the model inside `with kscale.scope():` and pass that."
         ) from None
     try:
-        return tf.keras.models.clone_model(model)
+        clone = tf.keras.models.clone_model(model)
     except Exception as err:  # the user's get_config/from_config: anything can go wrong there
         raise ModelError(
             f"cloning model {model.name!r} with Keras' clone_model, i.e. "
             f"{type(model).__name__}.from_config(model.get_config()) failed ({err}); fix get_config() so "
             "it returns the __init__ arguments, or create the model inside `with kscale.scope():`."
         ) from err
+    return clone if type(clone) is type(model) else _as_class_of(model, clone)
+
+
+def _as_class_of(model: tf.keras.Model, clone: tf.keras.Model) -> tf.keras.Model:
+    """Keras 2's clone_model copies a subclass of the functional Model (keras.io's `CustomModel(inputs,
+    outputs)` with its own train_step) as a plain functional Model: training the copy would silently run
+    Keras' train_step instead of the user's. The user's class around the copied graph, built as such
+    classes are: `Class(inputs, outputs)`."""
+    try:
+        rebuilt = type(model)(inputs=clone.inputs, outputs=clone.outputs, name=model.name)
+    except Exception as err:  # the user's __init__ takes other arguments
+        raise ModelError(
+            f"cannot rebuild model {model.name!r} of class {type(model).__name__} inside the distribution "
+            f"strategy's scope: Keras' clone_model gives a plain functional Model (without the class's own "
+            f"methods, such as train_step), and {type(model).__name__}(inputs=..., outputs=...) failed "
+            f"({err}). Create the model inside `with kscale.scope():` and pass that."
+        ) from err
+    if type(rebuilt) is not type(model):
+        raise ModelError(
+            f"{type(model).__name__}(inputs=..., outputs=...) returned a {type(rebuilt).__name__}, so kscale "
+            "cannot rebuild the model inside the strategy's scope. Create it inside `with kscale.scope():`."
+        )
+    return rebuilt
 
 
 def _build_like(clone: tf.keras.Model, model: tf.keras.Model) -> None:

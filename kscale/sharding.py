@@ -122,6 +122,8 @@ class FeedRequest:
     replicas_per_worker: int = 1
     #: data_policy='every_sample' for training: every sample once per epoch, the last step padded
     every_sample: bool = False
+    #: evaluate()'s data (its own or fit's validation data), not training data
+    evaluation: bool = False
 
     @property
     def per_worker(self) -> int:
@@ -160,27 +162,30 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     """Feed a worker whose model takes this worker's data as is: Keras slices and batches it as usual."""
     steps = request.steps
     if part.kind == "every_sample":
-        check_steps(steps, part.length, request)
+        steps = checked_steps(steps, part.length, request)
         return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps or part.length, shuffle=False)
     if part.kind == "arrays":
         available = math.ceil(part.length / request.per_worker)
-        check_steps(steps, available, request)
+        steps = checked_steps(steps, available, request)
         return Feed(
             part.x, part.y, part.sample_weight, request.per_worker, steps, part.notes, steps or available
         )
     if part.kind in ("dataset", "sequence"):
         known = part.length if part.length is not None and part.length >= 0 else None
-        check_steps(steps, known, request)
+        steps = checked_steps(steps, known, request)
         if steps is None and part.length is None and request.shard.count > 1 and request.shard.even:
             raise unknown_length(request.what)
         return Feed(part.x, notes=part.notes, steps=steps, epoch_steps=steps or known)
     return Feed(part.x, part.y, part.sample_weight, steps=steps, notes=part.notes)
 
 
-def check_steps(steps: int | None, available: int | None, request: FeedRequest) -> None:
-    """A step count the data cannot supply would end the epoch early on some worker, or hang the rest."""
+def checked_steps(steps: int | None, available: int | None, request: FeedRequest) -> int | None:
+    """The steps this worker runs: a training step count the data cannot supply would end the epoch early
+    on some worker, or hang the rest, so it is refused; evaluation stops where the data ends, as in Keras."""
     if steps is None or available is None or available < 0 or steps <= available:
-        return
+        return steps
+    if request.evaluation:
+        return available
     raise DataError(
         f"steps_per_epoch asks each worker for {steps} steps of {request.what}, but with data_policy="
         f"'{request.policy}' each worker's part has only {available} batch(es). Lower steps_per_epoch, "

@@ -6,6 +6,7 @@ except to cut a tf.data.Dataset the user passed (TensorFlow is then in the proce
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 
 from kscale import _keras_private, sharding
 from kscale import learning_rate_keras3 as lr_lib
-from kscale.backends.base import Backend
+from kscale.backends.base import Backend, results_from_states
 from kscale.callbacks import for_this_worker
 from kscale.errors import ModelError, OptionError
 
@@ -43,6 +44,10 @@ class Keras3Backend(Backend):
     learning_rates = lr_lib
     Options = Keras3Options
 
+    def __init__(self, env: Any, devices: list[str] | None = None):
+        super().__init__(env, devices)
+        self._local_copies: dict[int, Any] = {}  # `local_copy`'s copies, by model
+
     @staticmethod
     def keras_module() -> Any:
         return keras
@@ -68,7 +73,7 @@ class Keras3Backend(Backend):
         weights = [np.asarray(w) for w in (model.get_weights() if weights is None else weights)]
         with owner.scope():
             try:
-                clone = keras.models.clone_model(model)
+                clone = _keras_private.clone_uncompiled(keras, model)
             except Exception as err:  # the user's get_config/from_config: anything can go wrong there
                 raise ModelError(
                     f"cloning model {model.name!r} with keras.models.clone_model failed ({err}). Fix its "
@@ -139,6 +144,52 @@ class Keras3Backend(Backend):
         if options.gradient_accumulation_steps > 1:
             config["gradient_accumulation_steps"] = options.gradient_accumulation_steps
         return optimizer.__class__.from_config(config)
+
+    # -- evaluation on a copy of the model ------------------------------------------------------------------
+    def evaluates_on_copy(self) -> bool:
+        """Whether evaluate() runs on this process's own copy of the model (see `evaluate`)."""
+        return False
+
+    def outside_distribution(self) -> contextlib.AbstractContextManager:
+        """Where Keras objects are built and run on this process's devices only."""
+        return contextlib.nullcontext()
+
+    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
+        """The metric state `variables` of this process's copy, combined over processes (one process: as is)."""
+        return [np.asarray(v.numpy()) for v in variables]
+
+    def averaged_numbers(self, values: list[float]) -> list[float]:
+        """Numbers of this process's copy that are no metric's result, averaged over processes."""
+        return values
+
+    def evaluate(self, model: Any, keras_evaluate: Any, arguments: dict, compile_args: dict) -> dict:
+        """Where Keras' own distributed evaluate loses or miscounts samples (`evaluates_on_copy`), each process
+        evaluates its own part, whatever its size, on its own copy of the model (current weights, the
+        model's loss and metrics), and the metrics' states are combined over processes: exact, as one
+        process evaluating everything. The copy runs outside the distribution: on one device."""
+        if not self.evaluates_on_copy():
+            return super().evaluate(model, keras_evaluate, arguments, compile_args)
+        arguments = {k: v for k, v in arguments.items() if k != "_use_cached_eval_dataset"}
+        with self.outside_distribution():
+            local = self.local_copy(model, compile_args)
+            logs = local.evaluate(**arguments)
+            return results_from_states(local, logs, self.reduced_metric_states, self.averaged_numbers)
+
+    def local_copy(self, model: Any, compile_args: dict | None = None) -> Any:
+        """A copy of `model` built where this is called (under `outside_distribution`) with `model`'s current
+        weights, compiled with `compile_args` (fresh loss and metric objects) when they are given; made
+        once per model."""
+        local = self._local_copies.get(id(model))
+        weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
+        if local is None:
+            local = _keras_private.clone_uncompiled(keras, model)
+            if not local.built:
+                local.build_from_config(model.get_build_config())
+            self._local_copies[id(model)] = local
+        if compile_args is not None and not local.compiled:
+            local.compile(**self.fresh_compile_args(compile_args))
+        local.set_weights(weights)
+        return local
 
     # -- data and callbacks -------------------------------------------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:

@@ -109,8 +109,7 @@ class StrategyMixin:
                 f"the {request.what} has {batches} batch(es) per worker, fewer than the {per_worker} replicas "
                 "of this worker: no step can run. Use a smaller batch or more data."
             )
-        sharding.check_steps(request.steps, available, request)
-        steps, notes = request.steps, list(part.notes)
+        steps, notes = sharding.checked_steps(request.steps, available, request), list(part.notes)
         if steps is None:
             if available is None:
                 raise sharding.unknown_length(request.what)
@@ -156,6 +155,15 @@ class OneHostMirrored(OneProcess, StrategyMixin):
 
     def make_strategy(self) -> tf.distribute.Strategy:
         return tf.distribute.MirroredStrategy(devices=self.requested_devices)
+
+    def notes(self) -> list[str]:
+        if self.num_replicas > 1:
+            return []
+        return [
+            f"MirroredStrategy has one device ({', '.join(self.devices) or 'the CPU'}), so nothing is "
+            "replicated: make the GPUs visible (CUDA_VISIBLE_DEVICES), or pass devices=[...]; on CPU, split it "
+            "into logical devices with tf.config.set_logical_device_configuration before `import kscale`"
+        ]
 
 
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[tf.Variable]) -> None:

@@ -103,6 +103,10 @@ class Backend(abc.ABC):
             callbacks.ProgbarLogger,
         )
 
+    def notes(self) -> list[str]:
+        """What the printed plan must say about how this backend found the world (nothing, mostly)."""
+        return []
+
     # -- the model ------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def check_model(self, model: Any) -> None:
@@ -188,6 +192,14 @@ class Backend(abc.ABC):
         names = list(logs)
         return dict(zip(names, self.average([float(logs[name]) for name in names])))
 
+    def evaluate(
+        self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict
+    ) -> dict:
+        """Keras' evaluate (`arguments` ask for a dict) on this worker's part, its numbers combined over
+        workers (`reduce_results`). `compile_args` (loss, metrics...) are the model's, for backends that
+        evaluate on a copy of it."""
+        return self.reduce_results(model, keras_evaluate(**arguments))
+
     def local_values(self, variables: list) -> list[np.ndarray]:
         """This worker's copy of each variable's value, read without any collective."""
         return [np.asarray(v) for v in variables]
@@ -235,6 +247,33 @@ class Backend(abc.ABC):
     ) -> Any:
         """Run predict/predict_on_batch: Keras' own, on all of `x` in every worker."""
         return keras_method(**arguments)
+
+
+def results_from_states(
+    model: Any,
+    logs: dict,
+    reduced_states: Callable[[list], list],
+    average: Callable[[list[float]], list[float]],
+) -> dict:
+    """`logs` as one process given every worker's data reports them: every metric's state (totals, counts,
+    true positives...) replaced by `reduced_states(variables)` (summed over workers, say) and the results
+    computed from it, also for AUC, precision or means over parts of different sizes; numbers that are no
+    metric's result are `average`d. The model's own metric states are left as they were."""
+    variables = [variable for metric in model.metrics for variable in metric.variables]
+    exact: dict = {}
+    if variables:
+        local = [np.array(variable.numpy()) for variable in variables]
+        try:
+            for variable, value in zip(variables, reduced_states(variables)):
+                variable.assign(value)
+            exact = {k: v for k, v in model.get_metrics_result().items() if k in logs}
+        finally:
+            for variable, value in zip(variables, local):
+                variable.assign(value)
+    others = [name for name in logs if name not in exact]
+    if others:
+        exact.update(zip(others, average([float(logs[name]) for name in others])))
+    return {name: log_value(exact[name]) for name in logs}
 
 
 def log_value(value: Any) -> Any:

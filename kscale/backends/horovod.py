@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from kscale import _optional, model_rebuild, sharding
 from kscale.backends._tf_keras import TFKerasBackend
-from kscale.backends.base import log_value
+from kscale.backends.base import results_from_states
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
@@ -165,21 +165,7 @@ class HorovodBackend(TFKerasBackend):
         from the sums: exactly what one process evaluating all workers' data reports, also for AUC,
         precision or means over parts of different sizes. The states are the ones tf.distribute sums over
         replicas (each variable's own aggregation); numbers that are no metric's result are averaged."""
-        variables = [variable for metric in model.metrics for variable in metric.variables]
-        exact: dict = {}
-        if variables:
-            local = [variable.numpy() for variable in variables]
-            try:
-                for variable, value in zip(variables, self._reduced_states(variables)):
-                    variable.assign(value)
-                exact = {k: v for k, v in model.get_metrics_result().items() if k in logs}
-            finally:
-                for variable, value in zip(variables, local):
-                    variable.assign(value)
-        others = [name for name in logs if name not in exact]
-        if others:
-            exact.update(zip(others, self.average([float(logs[name]) for name in others])))
-        return {name: log_value(exact[name]) for name in logs}
+        return results_from_states(model, logs, self._reduced_states, self.average)
 
     def _reduced_states(self, variables: list[tf.Variable]) -> list[tf.Tensor]:
         hvd_tf = _optional.horovod_tensorflow()

@@ -28,11 +28,12 @@ class JaxBackend(Keras3Backend):
     # Under a multi-process keras.distribution every new Keras variable is a collective (JAX checks that
     # its value is the same everywhere), and Keras' save creates one: every process saves.
     saves_are_collective = True
+    # Evaluation across processes runs on each process's own copy of the model (Keras3Backend.evaluate).
+    uneven_evaluation = True
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)
         self._distribution: Any = None
-        self._local_copies: dict[int, Any] = {}  # predict's per-process copies, by model
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
@@ -129,16 +130,35 @@ class JaxBackend(Keras3Backend):
         model on this process's own devices instead, so every process gets all of its `x`, as elsewhere."""
         if self.num_workers == 1:
             return keras_method(**arguments)
-        local = self._local_copies.get(id(model))
-        weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
-        with _without_distribution():
-            if local is None:
-                local = keras.models.clone_model(model)
-                if not local.built:
-                    local.build_from_config(model.get_build_config())
-                self._local_copies[id(model)] = local
-            local.set_weights(weights)
-            return getattr(local, method)(**arguments)
+        with self.outside_distribution():
+            return getattr(self.local_copy(model), method)(**arguments)
+
+    def evaluates_on_copy(self) -> bool:
+        # Every step of Keras' evaluate across processes is a collective over equal batches: parts that
+        # no batch divides would lose samples.
+        return self.num_workers > 1
+
+    def outside_distribution(self) -> contextlib.AbstractContextManager:
+        return _without_distribution()
+
+    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
+        """Each metric state variable reduced over processes as its aggregation says (Keras' default: sum)."""
+        from jax.experimental import multihost_utils
+
+        rows = multihost_utils.process_allgather([np.asarray(v.numpy()) for v in variables])
+        reduced = []
+        for variable, row in zip(variables, rows):
+            aggregation = getattr(variable, "aggregation", "sum")
+            if aggregation == "only_first_replica":
+                reduced.append(row[0])
+            elif aggregation == "mean":
+                reduced.append(row.mean(axis=0).astype(row.dtype))
+            else:
+                reduced.append(row.sum(axis=0))
+        return reduced
+
+    def averaged_numbers(self, values: list[float]) -> list[float]:
+        return [float(v) for v in self.gather(np.asarray(values, np.float64)).mean(axis=0)]
 
 
 @contextlib.contextmanager

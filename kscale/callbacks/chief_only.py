@@ -34,7 +34,13 @@ def for_this_worker(
     chief_only_types: tuple[type, ...] = (),
     everywhere_types: tuple[type, ...] = (),
 ) -> list[Any]:
-    """The callbacks this worker runs: all on the chief, the others without the chief-only ones."""
+    """The callbacks this worker runs: all on the chief, the others without the chief-only ones, and
+    silent there (ReduceLROnPlateau, EarlyStopping and ModelCheckpoint print the same line on every rank
+    otherwise): their `verbose` is set to 0 on this worker's objects."""
     if is_chief:
         return list(callbacks)
-    return [cb for cb in callbacks if not is_chief_only(cb, chief_only_types, everywhere_types)]
+    kept = [cb for cb in callbacks if not is_chief_only(cb, chief_only_types, everywhere_types)]
+    for callback in kept:
+        if isinstance(getattr(callback, "verbose", None), int) and callback.verbose:
+            callback.verbose = 0
+    return kept

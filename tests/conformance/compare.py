@@ -73,6 +73,10 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int) -> None:
     for rank, result in enumerate(results):
         assert result["error"] is None, f"rank {rank} failed:\n{result['error']}"
     chief = results[0]
+    for rank, result in enumerate(results):  # a plain Keras copy would train with Keras' own train_step
+        assert result["model_class"] == reference["model_class"], (
+            f"rank {rank} trained a {result['model_class']}, one process a {reference['model_class']}"
+        )
     for rank, result in enumerate(results[1:], start=1):
         assert max_difference(result["weights"], chief["weights"]) == 0.0, (
             f"rank {rank}'s weights differ from rank 0's"

@@ -63,6 +63,7 @@ for name in wanted:
     try:
         model = program.main(job)
         result["weights"] = harness.model_weights(model)
+        result["model_class"] = type(model).__qualname__  # the user's class, with its own train_step
     except Exception as err:  # recorded for the test to judge: a KScaleError may be the expected answer
         result["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()[-3000:]}"
         result["kscale_error"] = isinstance(err, kscale.KScaleError)

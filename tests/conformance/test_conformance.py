@@ -46,28 +46,15 @@ _GAN = (
 KNOWN_BROKEN: dict[tuple[str, str, str], str] = {
     **{("keras2", way, "no_input_shape"): _UNBUILT for way in ("horovod", "multi_worker", "mirrored")},
     **{("keras2", way, "gan_two_optimizers"): _GAN for way in ("horovod", "multi_worker", "mirrored")},
-    **{
-        ("keras2", way, "train_step_own_metrics"): "rebuilding the model in the strategy's scope counts the "
-        "state of the metrics it keeps as attributes among its weights (8 vs 4 arrays) and refuses it; "
-        "behind that, its loss is not scaled for the replicas (#19.7a)"
-        for way in ("multi_worker", "mirrored")
-    },
     ("keras3-tf", "mirrored", "no_input_shape"): _UNBUILT,
     ("keras3-tf", "mirrored", "gan_two_optimizers"): _GAN,
     ("keras3-jax", "jax", "no_input_shape"): _UNBUILT,
-    ("keras3-jax", "jax", "custom_metric_uneven"): "evaluate of 101 samples drops one (#19.11)",
-    ("keras3-jax", "jax", "mnist_convnet"): "evaluate of 41 samples counts 40 (#19.11)",
     ("keras3-jax", "jax", "save_load_predict"): "predict of a model loaded after a 2-process fit: JAX's "
     "'spans non-addressable devices' (#19.12)",
     ("keras3-jax", "jax", "backup_and_restore"): "refused (BackendError): every process would create, "
     "write and delete the one backup folder; the races hung or aborted the job",
     ("keras3-tf", "mirrored", "backup_and_restore"): "Keras 3's BackupAndRestore: the resumed run does not "
     "match an uninterrupted one",
-    ("keras3-tf", "mirrored", "custom_metric_uneven"): "the model is cloned into the strategy's scope with "
-    "its compile config, which names an unregistered custom Metric class",
-    ("keras3-tf", "mirrored", "functional_multi_io"): "evaluate of dict inputs and outputs is not exact",
-    ("keras3-tf", "mirrored", "mnist_convnet"): "evaluate of 41 samples (a last batch of 9) fails in "
-    "Keras 3's MirroredStrategy (AddN of unequal shapes)",
 }
 
 

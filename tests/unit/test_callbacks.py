@@ -84,6 +84,17 @@ def test_user_marked_callbacks_run_on_the_chief_only():
     assert for_this_worker([mine], is_chief=True) == [mine]
 
 
+@pytest.mark.parametrize("is_chief", [True, False])
+def test_callbacks_that_print_print_on_the_chief_only(is_chief):
+    printing = [
+        tf.keras.callbacks.ReduceLROnPlateau(verbose=1),
+        tf.keras.callbacks.EarlyStopping(verbose=1),
+        tf.keras.callbacks.ModelCheckpoint("unused.keras", verbose=1),
+    ]
+    kept = for_this_worker(printing, is_chief=is_chief)
+    assert kept == printing and [cb.verbose for cb in kept] == [int(is_chief)] * 3
+
+
 def test_chief_only_is_exported_at_the_top_level():
     import kscale
 

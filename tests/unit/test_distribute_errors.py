@@ -236,6 +236,19 @@ def test_steps_per_epoch_beyond_the_data_in_one_process():
     assert "Lower steps_per_epoch" in message
 
 
+def test_evaluation_steps_beyond_the_data_stop_where_it_ends_as_in_keras():
+    x, y = regression_data(8)
+    vx, vy = regression_data(6)  # 3 batches of 2
+    plain = tiny_model()
+    plain_history = plain.fit(x, y, batch_size=2, validation_data=(vx, vy), validation_steps=5, verbose=0)
+    model = kscale.distribute(tiny_model(), print_plan=False)
+    history = model.fit(x, y, batch_size=2, validation_data=(vx, vy), validation_steps=5, verbose=0)
+    assert history.history["val_loss"] == pytest.approx(plain_history.history["val_loss"], rel=1e-6)
+    assert model.evaluate(vx, vy, batch_size=2, steps=7, verbose=0) == pytest.approx(
+        plain.evaluate(vx, vy, batch_size=2, verbose=0), rel=1e-6
+    )
+
+
 def test_steps_per_epoch_beyond_a_shard(distribute_as_worker):
     model = distribute_as_worker(tiny_model())
     x, y = regression_data(16)  # 8 samples per worker, 4 batches of 2

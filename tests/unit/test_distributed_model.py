@@ -179,6 +179,8 @@ def test_mirrored_on_one_cpu_trains_like_keras():
     assert ours.history["loss"] == pytest.approx(theirs.history["loss"], rel=1e-5)
     assert ours.history["val_loss"] == pytest.approx(theirs.history["val_loss"], rel=1e-5)
     assert distributed.kscale_plan.steps_per_epoch_after == 4
+    # One device replicates nothing: the plan says so, and how to get replicas (#19.7e).
+    assert any("MirroredStrategy has one device" in note for note in distributed.kscale_plan.notes)
     assert distributed.evaluate(vx, vy, batch_size=4, verbose=0) == pytest.approx(
         twin.evaluate(vx, vy, batch_size=4, verbose=0), rel=1e-5
     )

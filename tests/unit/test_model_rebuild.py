@@ -93,6 +93,46 @@ def test_rebuild_subclassed_model_with_serializable_init(strategy):
     assert_same_weights(weights, clone.get_weights())
 
 
+class FunctionalWithTrainStep(tf.keras.Model):
+    """keras.io's "Customizing what happens in fit()": a functional model of the user's class, with its own
+    train_step and metrics kept as attributes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tracker = tf.keras.metrics.Mean(name="loss")
+
+    def train_step(self, data):
+        raise AssertionError("the user's own train_step")
+
+
+class FunctionalOtherInit(FunctionalWithTrainStep):
+    def __init__(self, width):
+        inputs = tf.keras.Input((3,))
+        super().__init__(inputs, tf.keras.layers.Dense(width)(inputs))
+
+
+def test_rebuild_functional_subclass_keeps_the_users_class(strategy):
+    # Keras 2's clone_model returns a plain functional Model here: its default train_step would train.
+    inputs = tf.keras.Input((3,))
+    model = FunctionalWithTrainStep(inputs, tf.keras.layers.Dense(2)(tf.keras.layers.Dense(4)(inputs)))
+    weights = randomize(model)
+    assert type(tf.keras.models.clone_model(model)) is not FunctionalWithTrainStep  # why kscale rebuilds it
+    clone = rebuild_in_scope(model, strategy)
+    assert type(clone) is FunctionalWithTrainStep and clone.distribute_strategy is strategy
+    assert_same_weights(weights, clone.get_weights())
+    x = np.ones((2, 3), "float32")
+    np.testing.assert_allclose(clone(x).numpy(), model(x).numpy(), rtol=1e-6)
+
+
+def test_functional_subclass_of_another_signature_is_a_model_error(strategy):
+    model = FunctionalOtherInit(2)
+    with pytest.raises(ModelError) as err:
+        rebuild_in_scope(model, strategy)
+    message = str(err.value)
+    assert "FunctionalOtherInit(inputs=..., outputs=...) failed" in message
+    assert "plain functional Model" in message and "with kscale.scope():" in message
+
+
 def test_subclassed_model_keras_cannot_describe_is_a_model_error(strategy):
     model = TakesALayer(tf.keras.layers.Dense(1))
     model(np.zeros((1, 3), "float32"))

@@ -1,5 +1,8 @@
 """keras.io "The Functional API" (multi-input, multi-output): two named inputs, two named outputs with
-their own losses and loss weights, dict data, validation_data, evaluate(return_dict=True)."""
+their own losses and loss weights, dict data, validation_data, evaluate(return_dict=True).
+
+evaluate is given the batch size: Keras 3 on TensorFlow reports each output's loss as the mean of its
+batches' means (the total loss is exact), which depends on the batch size even in one process."""
 
 import numpy as np
 
@@ -41,6 +44,8 @@ def main(job):
         verbose=0,
     )
     job.record("history", history.history)
-    job.record("evaluate", model.evaluate(inputs, targets, verbose=0, return_dict=True))
+    job.record(
+        "evaluate", model.evaluate(inputs, targets, batch_size=job.batch(16), verbose=0, return_dict=True)
+    )
     job.record("predict", model.predict(inputs, verbose=0))
     return model

@@ -1,0 +1,62 @@
+"""The private Keras 3 attributes kscale reads or sets (kscale/_keras_private.py), checked on the installed
+Keras 3: an upgrade that renames one fails here, by name, not inside a user's training run."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from kscale import _keras_private
+
+
+class UnregisteredMetric(keras.metrics.Metric):
+    """A user's Metric subclass, not registered with Keras: its compile config cannot be deserialized."""
+
+    def __init__(self, name: str = "unregistered", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.total = self.add_weight(name="total", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.total.assign_add(keras.ops.sum(y_pred))
+
+    def result(self):
+        return self.total
+
+
+def test_clone_uncompiled_copies_a_model_compiled_with_an_unregistered_metric():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse", metrics=[UnregisteredMetric()])
+    clone = _keras_private.clone_uncompiled(keras, model)
+    assert model.compiled is True and clone.compiled is False  # the attribute Keras' clone_model reads
+    assert [w.shape for w in clone.weights] == [w.shape for w in model.weights]
+    clone.set_weights(model.get_weights())
+    x = np.ones((4, 3), np.float32)
+    np.testing.assert_allclose(clone.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+
+
+class UnregisteredLayer(keras.layers.Layer):
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+
+    def call(self, inputs):
+        return inputs * self.scale
+
+
+def test_clone_uncompiled_copies_a_nested_model_with_an_unregistered_layer():
+    # A fine-tuning head around an encoder model, as in examples/: the encoder is copied layer by layer.
+    inputs = keras.Input((3,))
+    encoder = keras.Model(inputs, UnregisteredLayer()(inputs), name="encoder")
+    outer_inputs = keras.Input((3,))
+    model = keras.Model(outer_inputs, keras.layers.Dense(1)(encoder(outer_inputs)))
+    model.compile(optimizer="sgd", loss="mse")
+    clone = _keras_private.clone_uncompiled(keras, model)
+    clone.set_weights(model.get_weights())
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_allclose(clone.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+
+
+def test_results_in_keras_order_puts_the_loss_first():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    model.evaluate(np.ones((4, 3)), np.ones((4, 1)), verbose=0)
+    assert _keras_private.results_in_keras_order(model, {"mae": 2.0, "loss": 1.0}) == [1.0, 2.0]
