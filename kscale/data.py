@@ -19,6 +19,7 @@ from kscale.sharding import (
     batches_part,
     every_sample_part,
     is_array_data,
+    map_structure,
     no_separate_targets,
     num_samples,
     other_part,
@@ -28,6 +29,21 @@ from kscale.sharding import (
 AutoShardPolicy = tf.data.experimental.AutoShardPolicy
 #: The policies under which kscale shards by file when it can, as tf.distribute's AUTO does.
 _FILE_WHERE_POSSIBLE = (AutoShardPolicy.AUTO, AutoShardPolicy.HINT)
+
+
+def first_inputs(x: Any) -> Any:
+    """The model's inputs of the first batch of `x` (arrays: the first sample; a tf.data.Dataset or a
+    keras Sequence: its first batch), to build a model on; None for data that cannot be read without
+    consuming it (a generator)."""
+    if is_array_data(x):
+        return map_structure(lambda array: np.asarray(array)[:1], x)
+    if isinstance(x, tf.data.Dataset):
+        element = next(iter(x.take(1)))
+    elif isinstance(x, tf.keras.utils.Sequence):
+        element = x[0]
+    else:
+        return None
+    return tf.keras.utils.unpack_x_y_sample_weight(element)[0]
 
 
 def dataset_batches(dataset: tf.data.Dataset) -> int | None:

@@ -48,6 +48,11 @@ class _State:
     rate_factor_variable: Any = None  # the same, saved in checkpoints with the optimizer (or None)
     warmup: bool = False
     plan_printed: bool = False
+    #: model.optimizer is kscale's (compiled through Keras' compile), not a placeholder of the user's own
+    #: compile (a GAN's compile(d_optimizer, g_optimizer, loss_fn) leaves Keras' default there)
+    scales_model_optimizer: bool = True
+    #: optimizers held as attributes besides model.optimizer: name -> (the user's, kscale's)
+    own_optimizers: dict = dataclasses.field(default_factory=dict)
 
 
 def distribute(model: Any, **options: Any) -> Any:
@@ -77,6 +82,8 @@ def distribute(model: Any, **options: Any) -> Any:
     previous = state_of(model)
     if previous is not None:  # distributed before: start again from what the user gave, not compound
         optimizer, args = previous.optimizer, previous.compile_args
+        for name, (users, _) in previous.own_optimizers.items():
+            setattr(model, name, users)
     else:
         optimizer = model.optimizer
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
@@ -94,9 +101,44 @@ def distribute(model: Any, **options: Any) -> Any:
     object.__setattr__(placed, _STATE, _State(backend, opts, backend_options, plan))
     for name, method in _METHODS.items():
         object.__setattr__(placed, name, types.MethodType(method, placed))
+    if _has_own_compile(placed):  # compiled by the user's own compile already: its optimizers are attributes
+        _state(placed).scales_model_optimizer = False
+        _prepare_own_optimizers(placed)
+        return placed
     placed.compile(optimizer=optimizer, **args)  # kscale's compile: scales and wraps the optimizer
     backend.carry_optimizer_state(optimizer, placed)  # a loaded checkpoint's momentum, moments and steps
     return placed
+
+
+def _has_own_compile(model: Any) -> bool:
+    """The model's class defines a compile of its own signature (no `optimizer`), as keras.io's GAN does."""
+    return "optimizer" not in inspect.signature(type(model).compile).parameters
+
+
+def _prepare_own_optimizers(model: Any) -> None:
+    """Every optimizer the model holds as an attribute besides model.optimizer (a GAN's, set in its own
+    compile or in __init__) gets what model.optimizer gets: its rate scaled, and the backend's form of it
+    (averaging over workers; created in the strategy's scope). The plan lists each."""
+    state = _state(model)
+    backend = state.backend
+    factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
+    listed = []
+    for name, value in list(vars(model).items()):
+        if name.startswith("_") or name == "optimizer" or not backend.is_optimizer(value):
+            continue
+        known = state.own_optimizers.get(name)
+        if known is None or value is not known[1]:  # the user's, new to kscale
+            base = backend.unscaled_learning_rate(backend.learning_rate_of(value))
+            scaled = backend.scaled_learning_rate(base, factor, False) if factor != 1.0 else None
+            with backend.scope():
+                prepared = backend.optimizer_for(value, scaled, state.backend_options)
+            setattr(model, name, prepared)
+            known = state.own_optimizers[name] = (value, prepared)
+        before = backend.describe_learning_rate(
+            backend.unscaled_learning_rate(backend.learning_rate_of(known[0]))
+        )
+        listed.append((name, before, backend.describe_learning_rate(backend.learning_rate_of(known[1]))))
+    _set_plan(model, dataclasses.replace(state.plan, own_optimizers=tuple(listed)))
 
 
 def state_of(model: Any) -> _State | None:
@@ -138,6 +180,11 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
     """Keras' compile, with the learning rate scaled for the replicas and the optimizer the backend needs."""
     state = _state(self)
     backend, opts = state.backend, state.options
+    if _has_own_compile(self):  # the user's compile, in the backend's scope; then its optimizers
+        with backend.scope():
+            _keras(self, "compile")(*args, **kwargs)
+        _prepare_own_optimizers(self)
+        return
     arguments = _arguments(self, "compile", args, kwargs)
     optimizer = backend.resolve_optimizer(arguments.pop("optimizer", "rmsprop"))
     base = backend.unscaled_learning_rate(backend.learning_rate_of(optimizer))  # never scaled twice
@@ -163,6 +210,8 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
         ),
     )
 
+    _prepare_own_optimizers(self)
+
 
 def _fit(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' fit, with `batch_size` per replica, this worker's part of the data and epochs/steps scaled."""
@@ -183,6 +232,7 @@ def _fit_in_this_world(
         a["initial_epoch"] = initial_epoch
     _replan_world(self)
     x, y, sample_weight = a.get("x"), a.get("y"), a.get("sample_weight")
+    backend.build_on_first_batch(self, x)
     epochs, user_steps = a.get("epochs", 1), a.get("steps_per_epoch")
     per_replica = _per_replica_batch(state, a.get("batch_size"))
     if opts.data_policy is DataPolicy.DIVIDE_EPOCHS:
@@ -250,7 +300,9 @@ def _replan_world(model: Any) -> None:
             state.plan,
             num_workers=backend.num_workers,
             num_replicas=backend.num_replicas,
-            learning_rate_after=backend.describe_learning_rate(rate),
+            learning_rate_after=backend.describe_learning_rate(rate)
+            if state.scales_model_optimizer
+            else None,
         ),
     )
     state.plan_printed = False  # a new world: say what it does
@@ -264,6 +316,7 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
 
     backend = state.backend
     a = _arguments(self, "evaluate", args, kwargs)
+    backend.build_on_first_batch(self, a.get("x"))
     per_replica = _per_replica_batch(state, a.get("batch_size"))
     request = _request(state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True)
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
@@ -278,6 +331,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict on all of `x` on every worker (so every rank gets the full result)."""
     state = _state(self)
     a = _arguments(self, "predict", args, kwargs)
+    state.backend.build_on_first_batch(self, a.get("x"))
     if a.get("batch_size") is not None:
         a["batch_size"] = state.backend.predict_batch_size(_per_replica_batch(state, a["batch_size"]))
     _quiet_unless_chief(a, state.backend)
@@ -289,6 +343,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
 def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict_on_batch on the batch this worker passes, on this worker."""
     a, state = _arguments(self, "predict_on_batch", args, kwargs), _state(self)
+    state.backend.build_on_first_batch(self, a.get("x"))
     keras_method = _keras(self, "predict_on_batch")
     return state.backend.predict(self, "predict_on_batch", keras_method, a, state.backend_options)
 
@@ -332,6 +387,7 @@ def _averaged(model: Any, name: str, arguments: dict) -> Any:
     """Keras' `name` (evaluate, *_on_batch), its numbers combined over workers, in the form asked for."""
     return_dict = arguments.get("return_dict", False)
     state = _state(model)
+    state.backend.build_on_first_batch(model, arguments.get("x"))
     arguments = {**arguments, "return_dict": True}
     if name == "evaluate":
         logs = combined = state.backend.evaluate(model, _keras(model, name), arguments, state.compile_args)
@@ -363,6 +419,9 @@ def _single_replica_rate(model: Any) -> Any:
     own world size: a model saved by N workers and distributed again over M gets rate × M, not × N × M.
     A schedule needs nothing: kscale's ScaledLearningRate keeps the user's rate and the factor apart."""
     state = _state(model)
+    if not state.scales_model_optimizer:
+        yield
+        return
     rate = state.backend.learning_rate_of(model.optimizer)
     if state.rate_factor == 1.0 or not isinstance(rate, float):
         yield

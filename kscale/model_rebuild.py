@@ -19,18 +19,12 @@ from kscale.errors import ModelError
 
 
 def check_model(model: Any) -> tf.keras.Model:
-    """A built and compiled tf.keras Model, or a ModelError that says which of these it is not."""
+    """A compiled tf.keras Model (built, or built on its first batch), or a ModelError saying what it is not."""
     if not isinstance(model, tf.keras.Model):
         raise ModelError(
             f"kscale.distribute() takes a tf.keras.Model, got {type(model).__module__}.{type(model).__name__}. "
             "Build your model with tf.keras (Keras 2.15: `import tensorflow as tf; tf.keras.Sequential(...)`); "
             "Keras 3 (`import keras` with keras>=3) models are not supported on TensorFlow 2.15."
-        )
-    if not model.built:
-        raise ModelError(
-            f"model {model.name!r} is not built: its weights do not exist yet, so they cannot be copied or "
-            "broadcast. Build it first, e.g. give the first layer an input_shape, call "
-            "`model.build(input_shape)`, or call it once on a batch."
         )
     if model.optimizer is None:
         raise ModelError(
@@ -39,6 +33,15 @@ def check_model(model: Any) -> tf.keras.Model:
             "and keeps your loss and metrics."
         )
     return model
+
+
+def existing_variables(model: tf.keras.Model) -> list[tf.Variable]:
+    """The model's variables that exist: none for a model built on its first batch, before it; those of
+    its sub-models for a model without call() (keras.io's GAN), which is never built itself."""
+    try:
+        return list(model.variables)
+    except ValueError:  # Keras 2: a subclass with its own build(), not built yet
+        return []
 
 
 def _clone_keras_object(obj: Any) -> Any:
@@ -113,9 +116,12 @@ def rebuild_in_scope(
     model: tf.keras.Model, strategy: tf.distribute.Strategy, weights: list[np.ndarray] | None = None
 ) -> tf.keras.Model:
     """The same architecture, built inside `strategy.scope()`, holding `model`'s weights (or `weights`)."""
-    weights = model.get_weights() if weights is None else weights
     with strategy.scope():
         clone = _clone(model)
+    if not existing_variables(model):  # built on its first batch, in the scope (see build_on_first_batch)
+        return clone
+    weights = model.get_weights() if weights is None else weights
+    with strategy.scope():
         if not clone.built:
             _build_like(clone, model)
         _check_same_weights(weights, clone.weights, model.name)

@@ -95,6 +95,8 @@ class Plan:
     steps_per_epoch_after: int | None = None
     devices: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: optimizers the model holds besides model.optimizer (a GAN's): (attribute, rate before, rate after)
+    own_optimizers: tuple[tuple[str, float | str, float | str], ...] = ()
 
     @property
     def global_batch(self) -> int | None:
@@ -118,9 +120,19 @@ class Plan:
             f"  backend          {self.backend}" + (f" on {', '.join(self.devices)}" if self.devices else ""),
             f"  workers          {self.num_workers} process(es), {self.num_replicas} replica(s) in sync",
             f"  batch            per replica {show(self.per_replica_batch)}, global {show(self.global_batch)}",
-            f"  learning rate    {show(self.learning_rate_before)} -> {show(self.learning_rate_after)}"
-            f" ({self.lr_scaling.value} scaling, x{self.lr_factor:g}"
-            + (f", warmup {self.warmup_epochs:g} epoch(s))" if self.warmup_epochs else ")"),
+        ]
+        scaling = f" ({self.lr_scaling.value} scaling, x{self.lr_factor:g}" + (
+            f", warmup {self.warmup_epochs:g} epoch(s))" if self.warmup_epochs else ")"
+        )
+        if self.learning_rate_before is not None or not self.own_optimizers:
+            lines.append(
+                f"  learning rate    {show(self.learning_rate_before)} -> {show(self.learning_rate_after)}{scaling}"
+            )
+        lines += [
+            f"  learning rate    {name}: {before} -> {after} ({self.lr_scaling.value} scaling, x{self.lr_factor:g})"
+            for name, before, after in self.own_optimizers
+        ]
+        lines += [
             f"  epochs           {show(self.epochs_before)} -> {show(self.epochs_after)}",
             f"  steps per epoch  {show(self.steps_per_epoch_before)} -> {show(self.steps_per_epoch_after)}",
             f"  data policy      {self.data_policy.value}",

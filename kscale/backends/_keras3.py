@@ -54,12 +54,6 @@ class Keras3Backend(Backend):
 
     # -- the model ----------------------------------------------------------------------------------------
     def check_model(self, model: Any) -> None:
-        if not model.built:
-            raise ModelError(
-                f"model {model.name!r} is not built: its weights do not exist yet, so they cannot be copied or "
-                "broadcast. Build it first, e.g. start it with keras.Input(shape), call "
-                "`model.build(input_shape)`, or call it once on a batch."
-            )
         if getattr(model, "optimizer", None) is None:
             raise ModelError(
                 f"model {model.name!r} is not compiled. Call `model.compile(optimizer=..., loss=..., "
@@ -80,6 +74,8 @@ class Keras3Backend(Backend):
                     "get_config() so it returns the __init__ arguments, or build the model inside "
                     "`with kscale.scope():` and pass that."
                 ) from err
+            if not model.built:  # Keras builds it on its first batch, in the scope its fit enters
+                return clone
             if not clone.built:
                 build_config = model.get_build_config()
                 if not build_config:
@@ -107,6 +103,9 @@ class Keras3Backend(Backend):
         }
 
     # -- the optimizer and its learning rate -----------------------------------------------------------------
+    def is_optimizer(self, value: Any) -> bool:
+        return isinstance(value, keras.optimizers.Optimizer)
+
     def resolve_optimizer(self, optimizer: Any) -> Any:
         return keras.optimizers.get(optimizer)
 

@@ -61,7 +61,11 @@ class StrategyMixin:
             return model
         # The first worker's weights, agreed on before the copy is built: one collective per dtype, not
         # one per variable after it (1.0 s less to MobileNetV2's first step on 2 workers; kscale bench).
-        weights = first_replica_arrays(self.strategy, model.get_weights()) if several else None
+        try:
+            arrays = model.get_weights()
+        except ValueError:  # Keras 2, built on its first batch: no weights yet (see build_on_first_batch)
+            arrays = []
+        weights = first_replica_arrays(self.strategy, arrays) if several else None
         return self.rebuild_in(model, self.strategy, weights=weights)
 
     def compile(

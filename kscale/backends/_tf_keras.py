@@ -33,6 +33,25 @@ class TFKerasBackend(Backend):
     def check_model(self, model: Any) -> None:
         model_rebuild.check_model(model)
 
+    def build_on_first_batch(self, model: Any, x: Any) -> None:
+        """Keras 2 builds such a model inside its first training step, after the weights are broadcast:
+        the workers would start from different weights. Build it before, in this backend's scope, from the
+        first batch of `x`, and agree on its weights as for a model built before distribute()."""
+        if model.built:
+            return
+        inputs = data.first_inputs(x)
+        if inputs is None:  # a generator: Keras builds it; the agreement check compares the workers
+            return
+        try:
+            with self.scope():
+                model(inputs, training=False)
+        except NotImplementedError:  # no call() (keras.io's GAN): its sub-models were built and placed
+            return
+        self.place_model(model)  # in this backend's scope already: the workers' weights are made equal
+
+    def is_optimizer(self, value: Any) -> bool:
+        return isinstance(value, tf.keras.optimizers.Optimizer | tf.keras.optimizers.legacy.Optimizer)
+
     def resolve_optimizer(self, optimizer: Any) -> Any:
         return tf.keras.optimizers.get(optimizer)
 

@@ -116,6 +116,15 @@ class Backend(abc.ABC):
         """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
         return model
 
+    def build_on_first_batch(self, model: Any, x: Any) -> None:
+        """Build a model that has no weights yet (no input shape) from the first batch of `x`, where this
+        backend needs its weights before Keras would create them, with the same values on every worker.
+        Nothing here: Keras builds it on its first batch, inside the scope its fit enters."""
+
+    @abc.abstractmethod
+    def is_optimizer(self, value: Any) -> bool:
+        """Whether `value` is an optimizer of this Keras family (one the model holds as an attribute)."""
+
     @abc.abstractmethod
     def resolve_optimizer(self, optimizer: Any) -> Any:
         """An optimizer object for what compile() accepts (an object, or a name such as 'adam')."""

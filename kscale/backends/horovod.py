@@ -89,8 +89,9 @@ class HorovodBackend(TFKerasBackend):
         # Same weights everywhere from this moment on, also for evaluate()/predict() without fit(). Not
         # under elastic Horovod: a worker that joins later would wait here while the others are inside
         # fit, in Horovod's elastic loop, whose own sync gives it the weights.
-        if not self.env.elastic:
-            _optional.horovod_tensorflow().broadcast_variables(model.variables, root_rank=0)
+        variables = model_rebuild.existing_variables(model)  # none yet: once built (build_on_first_batch)
+        if not self.env.elastic and variables:
+            _optional.horovod_tensorflow().broadcast_variables(variables, root_rank=0)
         return model
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: HorovodOptions) -> Any:

@@ -54,8 +54,9 @@ def files_written(directory: Path) -> list[str]:
     return sorted(found)
 
 
-def check(program: str, reference_dir: Path, run_dir: Path, ranks: int) -> None:
-    """Raise AssertionError saying what differs, unless the run trained like the reference."""
+def check(program: str, reference_dir: Path, run_dir: Path, ranks: int, way: str = "") -> None:
+    """Raise AssertionError saying what differs, unless the run trained like the reference (or stopped
+    with the KScaleError the program expects of this way of running)."""
     module = importlib.import_module(f"tests.conformance.programs.{program}")
     reference = load(reference_dir, program, 0)
     assert reference["error"] is None, f"the one-process reference failed:\n{reference['error']}"
@@ -63,6 +64,7 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int) -> None:
     expected_error = getattr(module, "EXPECT_ERROR_WHEN_DISTRIBUTED", None)
     if ranks > 1:
         expected_error = expected_error or getattr(module, "EXPECT_ERROR_WITH_WORKERS", None)
+    expected_error = expected_error or getattr(module, "EXPECT_ERROR_UNDER", {}).get(way)
     if expected_error:  # every distributed run trains 2 replicas
         for rank, result in enumerate(results):
             assert result["error"] and result["kscale_error"], (
@@ -110,10 +112,11 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     reference_dir, run_dir, ranks = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    way = sys.argv[4] if len(sys.argv) > 4 else ""
     names = sorted({p.name.split(".")[0] for p in run_dir.glob("*.0.pkl")})
     for name in names:
         try:
-            check(name, reference_dir, run_dir, ranks)
+            check(name, reference_dir, run_dir, ranks, way)
             print(f"PASS {name}")
         except AssertionError as err:
             print(f"FAIL {name}: {str(err)[:1500]}")

@@ -38,17 +38,8 @@ WAYS = {
     "jax": (_kscale_run("jax"), 2, []),
 }
 
-_UNBUILT = "a model built on its first batch is refused as 'not built' (#19.3, #19.4)"
-_GAN = (
-    "a model without call() and with its own compile (keras.io GAN) is refused as 'not built' (#19.2, #19.7b)"
-)
 #: (family, way, program): why it fails today. Each must still fail (see the module's docstring).
 KNOWN_BROKEN: dict[tuple[str, str, str], str] = {
-    **{("keras2", way, "no_input_shape"): _UNBUILT for way in ("horovod", "multi_worker", "mirrored")},
-    **{("keras2", way, "gan_two_optimizers"): _GAN for way in ("horovod", "multi_worker", "mirrored")},
-    ("keras3-tf", "mirrored", "no_input_shape"): _UNBUILT,
-    ("keras3-tf", "mirrored", "gan_two_optimizers"): _GAN,
-    ("keras3-jax", "jax", "no_input_shape"): _UNBUILT,
     ("keras3-jax", "jax", "save_load_predict"): "predict of a model loaded after a 2-process fit: JAX's "
     "'spans non-addressable devices' (#19.12)",
     ("keras3-jax", "jax", "backup_and_restore"): "refused (BackendError): every process would create, "
@@ -100,10 +91,10 @@ def test_program_trains_as_in_one_process(program, reference, run):
     way, out, ranks = run
     broken = KNOWN_BROKEN.get((harness.FAMILY, way, program))
     if broken is None:
-        compare.check(program, reference, out, ranks)
+        compare.check(program, reference, out, ranks, way)
         return
     with pytest.raises(AssertionError):  # still broken; take it off KNOWN_BROKEN once it works
-        compare.check(program, reference, out, ranks)
+        compare.check(program, reference, out, ranks, way)
 
 
 def test_known_broken_names_real_programs_and_ways():

@@ -249,3 +249,40 @@ def test_evaluate_list_is_in_keras_order_loss_first():
     distributed = kscale.distribute(model, print_plan=False)
     assert distributed.evaluate(x, y, verbose=0) == pytest.approx(plain)
     assert hasattr(model, "_flatten_metrics_in_order")  # the private order kscale follows (_keras_private)
+
+
+@pytest.mark.usefixtures("single_process")
+def test_a_model_built_on_its_first_batch_trains_like_keras():
+    def unbuilt() -> keras.Model:
+        kscale.set_seed(0)
+        model = keras.Sequential([keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        return model
+
+    plain = unbuilt()
+    plain.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    model = kscale.distribute(unbuilt(), print_plan=False)
+    model.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    for ours, theirs in zip(model.get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+class OwnCompile(keras.Model):
+    """keras.io's GAN shape: compile(d_optimizer, g_optimizer) of its own signature, optimizers as attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+
+    def compile(self, d_optimizer, g_optimizer):
+        super().compile()
+        self.d_optimizer, self.g_optimizer = d_optimizer, g_optimizer
+
+
+def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as_worker):
+    users = OwnCompile()
+    users.compile(keras.optimizers.SGD(0.01), keras.optimizers.Adam(0.002))
+    model = distribute_as_worker(users)
+    assert float(model.d_optimizer.learning_rate) == pytest.approx(0.02)  # x 2 workers
+    assert float(model.g_optimizer.learning_rate) == pytest.approx(0.004)
+    assert model.kscale_plan.own_optimizers == (("d_optimizer", 0.01, 0.02), ("g_optimizer", 0.002, 0.004))

@@ -51,16 +51,6 @@ def test_not_a_keras_model(thing, named):
     assert "tf.keras.Sequential" in message
 
 
-def test_model_not_built():
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(ModelError) as err:
-        kscale.distribute(model)
-    message = message_of(err)
-    assert f"model {model.name!r} is not built" in message
-    assert "model.build(input_shape)" in message
-
-
 def test_model_not_compiled():
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
     with pytest.raises(ModelError) as err:

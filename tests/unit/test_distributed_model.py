@@ -266,3 +266,103 @@ def test_warmup_is_set_from_the_steps_per_epoch(distribute_as_worker):
     assert distributed.kscale_plan.warmup_epochs == 2.0
     assert float(lr(0)) == pytest.approx(0.05)
     assert float(lr(8)) == pytest.approx(0.1)
+
+
+# -- a model built on its first batch (no input shape, as Horovod's examples write it) --------------------
+def unbuilt_model() -> tf.keras.Model:
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Dense(
+                4, activation="tanh", kernel_initializer=tf.keras.initializers.GlorotUniform(1)
+            ),
+            tf.keras.layers.Dense(1, kernel_initializer=tf.keras.initializers.GlorotUniform(2)),
+        ]
+    )
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    return model
+
+
+@pytest.mark.parametrize("backend", ["single", "mirrored"])
+@pytest.mark.parametrize("data", ["arrays", "dataset"])
+def test_a_model_built_on_its_first_batch_trains_like_keras(backend, data):
+    x, y = regression_data(16)
+    train = (x, y) if data == "arrays" else (tf.data.Dataset.from_tensor_slices((x, y)).batch(4),)
+    plain = unbuilt_model()
+    plain.fit(*train, batch_size=4 if data == "arrays" else None, epochs=2, shuffle=False, verbose=0)
+    options = {"devices": ["CPU:0"]} if backend == "mirrored" else {}
+    model = kscale.distribute(unbuilt_model(), backend=backend, print_plan=False, **options)
+    assert not model.built  # nothing to build it from yet
+    model.fit(*train, batch_size=4 if data == "arrays" else None, epochs=2, shuffle=False, verbose=0)
+    if backend == "mirrored":
+        assert model.distribute_strategy is not tf.distribute.get_strategy()  # built in the strategy's scope
+    assert_same_weights(model, plain, rtol=1e-6)
+    assert model.evaluate(x, y, verbose=0) == pytest.approx(plain.evaluate(x, y, verbose=0), rel=1e-6)
+
+
+def test_a_model_built_on_its_first_batch_predicts_before_any_fit():
+    x, _ = regression_data(8)
+    model = kscale.distribute(unbuilt_model(), backend="mirrored", devices=["CPU:0"], print_plan=False)
+    np.testing.assert_allclose(model.predict(x, verbose=0), unbuilt_model().predict(x, verbose=0), rtol=1e-6)
+
+
+# -- a model with a compile of its own and optimizers as attributes (keras.io's GAN) ---------------------
+class TwoOptimizers(tf.keras.Model):
+    """keras.io's GAN shape: no call(), compile(d_optimizer, g_optimizer, loss_fn), two sub-models."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+        self.second = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+
+    def compile(self, d_optimizer, g_optimizer, loss_fn):
+        super().compile()
+        self.d_optimizer, self.g_optimizer, self.loss_fn = d_optimizer, g_optimizer, loss_fn
+
+    def train_step(self, batch):
+        x, y = batch
+        for model, optimizer in ((self.first, self.d_optimizer), (self.second, self.g_optimizer)):
+            with tf.GradientTape() as tape:
+                loss = self.loss_fn(y, model(x))
+            optimizer.apply_gradients(
+                zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights)
+            )
+        return {"loss": loss}
+
+
+def two_optimizers() -> TwoOptimizers:
+    kscale.set_seed(0)
+    model = TwoOptimizers()
+    model.compile(
+        tf.keras.optimizers.SGD(0.01), tf.keras.optimizers.Adam(0.002), tf.keras.losses.MeanSquaredError()
+    )
+    return model
+
+
+def test_a_compile_of_its_own_signature_is_accepted_and_trains_like_keras():
+    x, y = regression_data(16)
+    plain = two_optimizers()
+    plain.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    model = kscale.distribute(two_optimizers(), print_plan=False)
+    model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    assert_same_weights(model, plain, rtol=1e-6)
+    assert int(model.d_optimizer.iterations.numpy()) == int(model.g_optimizer.iterations.numpy()) == 8
+
+
+def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as_worker):
+    users = two_optimizers()
+    d_optimizer, g_optimizer = users.d_optimizer, users.g_optimizer
+    model = distribute_as_worker(users)
+    assert model.d_optimizer is not d_optimizer and model.g_optimizer is not g_optimizer
+    assert float(model.d_optimizer.learning_rate.numpy()) == pytest.approx(0.02)  # x 2 workers
+    assert float(model.g_optimizer.learning_rate.numpy()) == pytest.approx(0.004)
+    assert float(d_optimizer.learning_rate.numpy()) == pytest.approx(0.01)  # the user's are left alone
+    plan = model.kscale_plan
+    assert plan.own_optimizers == (("d_optimizer", 0.01, 0.02), ("g_optimizer", 0.002, 0.004))
+    assert "learning rate    d_optimizer: 0.01 -> 0.02" in plan.describe()
+    assert plan.learning_rate_before is None  # not the placeholder optimizer of super().compile()
+    # compiled again with its own signature: the new optimizers are scaled, once
+    model.compile(
+        tf.keras.optimizers.SGD(0.1), tf.keras.optimizers.SGD(0.3), tf.keras.losses.MeanSquaredError()
+    )
+    assert float(model.d_optimizer.learning_rate.numpy()) == pytest.approx(0.2)
+    assert float(model.g_optimizer.learning_rate.numpy()) == pytest.approx(0.6)

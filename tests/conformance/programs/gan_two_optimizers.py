@@ -1,11 +1,17 @@
 """keras.io "GAN overriding Model.train_step": no call(); compile(d_optimizer, g_optimizer, loss_fn) of its
-own signature; train_step updates the discriminator, then the generator, each with its own optimizer."""
+own signature; train_step updates the discriminator, then the generator, each with its own optimizer.
+
+Both optimizers are averaged over workers and have their rates scaled (Horovod). Under a tf.distribute
+strategy the model must be created in the strategy's scope, and its __init__ takes models, which Keras
+cannot copy there from a config: kscale stops with a ModelError saying to create it inside
+`with kscale.scope():` (where Keras 2 then asks for a loss reduction fit for tf.distribute)."""
 
 import numpy as np
 
 FAMILIES = ("keras2", "keras3-tf")
 EXACT = True
 LATENT = 3
+EXPECT_ERROR_UNDER = {"multi_worker": "ModelError", "mirrored": "ModelError"}
 
 
 def main(job):

@@ -1,6 +1,8 @@
 """Horovod's own Keras examples (keras_mnist.py): Sequential without an input shape, compiled, trained; the
 model is built on its first batch. Its initializers are seeded (as reproducible scripts do), so the
-first batch builds the same weights in every run."""
+first batch builds the weights of the one-process run; under tf.keras every rank but the chief draws
+other ones, which kscale must make the chief's before the first update (Keras 3 on JAX creates variables
+collectively: the same seeds on every process)."""
 
 from tests.conformance.harness import classes
 
@@ -12,8 +14,10 @@ def main(job):
     keras = job.keras
     x, y = classes(64, (5, 5, 1), 3)
 
+    offset = 100 * job.rank if job.family == "keras2" else 0
+
     def init(seed):
-        return keras.initializers.GlorotUniform(seed=seed)
+        return keras.initializers.GlorotUniform(seed=seed + offset)
 
     model = keras.Sequential(
         [
