@@ -76,3 +76,35 @@ def clone_uncompiled(keras: Any, model: Any) -> Any:
         return keras.models.clone_model(model, recursive=True)
     finally:
         model.compiled = compiled
+
+
+def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
+    """Have `callback()` called whenever Keras divides a loss by the replicas of a tf.distribute strategy
+    (the built-in train_step, compute_loss / compiled_loss, Keras 3's Loss objects).
+
+    kscale must know whether the loss a training step applies was divided so (then the replicas' summed
+    gradients are their mean) or not (a train_step's own loss: kscale divides the gradients). Keras has no
+    public hook; every such division goes through one module function, wrapped here once: Keras 2's
+    `<keras>.src.utils.losses_utils.scale_loss_for_distribution`, Keras 3's
+    `keras.src.losses.loss.scale_loss_for_distribution`.
+    """
+    import importlib
+
+    root = keras.losses.Loss.__module__.split(".")[0]  # keras, or tf_keras for TF_USE_LEGACY_KERAS
+    generation_3 = hasattr(keras, "ops")
+    module = importlib.import_module(
+        f"{root}.src.losses.loss" if generation_3 else f"{root}.src.utils.losses_utils"
+    )
+    original = module.scale_loss_for_distribution
+    if getattr(original, "_kscale_callbacks", None) is None:
+
+        def scale_loss_for_distribution(*args: Any, **kwargs: Any) -> Any:
+            for call in scale_loss_for_distribution._kscale_callbacks:
+                call()
+            return original(*args, **kwargs)
+
+        scale_loss_for_distribution._kscale_callbacks = []
+        module.scale_loss_for_distribution = scale_loss_for_distribution
+    watched = module.scale_loss_for_distribution._kscale_callbacks
+    if callback not in watched:
+        watched.append(callback)

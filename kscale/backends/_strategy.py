@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import data, sharding
+from kscale import _keras_private, data, sharding
+from kscale.backends import _replica_mean
 from kscale.backends.base import OneProcess
 from kscale.callbacks import for_this_worker
 from kscale.environment import Environment, Launcher
@@ -35,6 +36,9 @@ class StrategyMixin:
     def setup(self) -> None:
         if self._strategy is None:
             self._strategy = self.make_strategy()
+            _keras_private.on_distribution_loss_scaling(
+                self.keras_module(), _replica_mean.keras_divided_a_loss
+            )
 
     @property
     def strategy(self) -> tf.distribute.Strategy:
@@ -54,6 +58,11 @@ class StrategyMixin:
 
     # -- the model: variables must live in the strategy's scope ------------------------------------------
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
+        placed = self._placed(model)
+        _replica_mean.watch_steps(placed)
+        return placed
+
+    def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
         several = self.num_workers > 1
         if getattr(model, "distribute_strategy", None) is self.strategy:  # built inside kscale.scope()
             if several:
@@ -80,7 +89,7 @@ class StrategyMixin:
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
-        return self.clone_optimizer(optimizer, rate, options)
+        return _replica_mean.averaging(self.clone_optimizer(optimizer, rate, options))
 
     def local_values(self, variables: list) -> list[np.ndarray]:
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.

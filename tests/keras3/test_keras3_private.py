@@ -60,3 +60,11 @@ def test_results_in_keras_order_puts_the_loss_first():
     model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
     model.evaluate(np.ones((4, 3)), np.ones((4, 1)), verbose=0)
     assert _keras_private.results_in_keras_order(model, {"mae": 2.0, "loss": 1.0}) == [1.0, 2.0]
+
+
+def test_on_distribution_loss_scaling_sees_keras_divide_its_loss():
+    # Keras 3's Loss objects divide their mean by the replicas through the one function kscale wraps.
+    calls = []
+    _keras_private.on_distribution_loss_scaling(keras, lambda: calls.append(1))
+    keras.losses.MeanSquaredError()(np.ones((2, 1), np.float32), np.zeros((2, 1), np.float32))
+    assert calls

@@ -68,3 +68,14 @@ def test_callback_list_calls_batch_hooks_only_when_a_callback_says_it_has_them()
     assert flags["supports_tf_logs"] is True
     assert flags["train_batch_hooks"]() is False
     assert callable(flags["test_batch_hooks"]) and callable(flags["predict_batch_hooks"])
+
+
+def test_on_distribution_loss_scaling_sees_keras_divide_its_loss():
+    # Keras' compiled loss divides by the replicas through the one module function kscale wraps.
+    calls = []
+    _keras_private.on_distribution_loss_scaling(tf.keras, lambda: calls.append(1))
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(optimizer="sgd", loss="mse")
+    x = tf.ones((2, 3))
+    model.compute_loss(x, tf.ones((2, 1)), model(x))
+    assert calls

@@ -1,0 +1,94 @@
+"""Under a tf.distribute strategy, every optimizer gets the mean of the replicas' gradients, however the
+training step computed its loss.
+
+Keras sums the replicas' gradients, and divides the loss by the number of replicas only where Keras
+computes it: the built-in train_step, `compute_loss` / `compiled_loss`, Keras 3's Loss objects. A
+train_step written for one process with a loss of its own (`tf.reduce_mean(...)` of its errors, the
+keras.io guide's lower-level pattern) would train at N times the rate, the same on every replica, so
+nothing would tell. While each step is traced, kscale notes whether Keras divided the loss (Keras has no
+public hook: kscale._keras_private.on_distribution_loss_scaling), and an optimizer that applies
+gradients from a loss Keras did not divide divides them by the replicas itself: the mean, as Horovod
+gives it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import types
+from typing import Any
+
+import tensorflow as tf
+
+#: Per thread (MirroredStrategy traces each replica's step in a thread of its own): whether Keras
+#: divided a loss by the replicas since the step began or since the last update.
+_traced = threading.local()
+
+
+def keras_divided_a_loss() -> None:
+    _traced.divided = True
+
+
+def _take_divided() -> bool:
+    divided = getattr(_traced, "divided", False)
+    _traced.divided = False
+    return divided
+
+
+def _step_begins() -> None:
+    _traced.divided = False
+
+
+def watch_steps(model: Any) -> None:
+    """Start each (traced) train_step of `model` with nothing noted, so evaluation's losses never count."""
+    if "_kscale_watched_step" in vars(model):
+        return
+    own = type(model).train_step
+
+    def train_step(self: Any, data: Any) -> Any:
+        _step_begins()
+        return own(self, data)
+
+    object.__setattr__(model, "train_step", types.MethodType(train_step, model))
+    object.__setattr__(model, "_kscale_watched_step", True)
+
+
+def _per_replica(gradients: list) -> list:
+    """The gradients divided by the replicas, unless Keras divided the loss they came from."""
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if _take_divided() or replicas == 1 or tf.distribute.in_cross_replica_context():
+        return gradients
+    return [None if g is None else g / tf.cast(replicas, g.dtype) for g in gradients]
+
+
+@functools.cache
+def _averaging_class(base: type) -> type:
+    """`base` with the replicas' mean applied where the optimizer aggregates (Keras 2) or applies (Keras 3)."""
+    if hasattr(base, "aggregate_gradients"):  # Keras 2.11+ optimizers: where the replicas' sum is taken
+
+        def aggregate_gradients(self: Any, grads_and_vars: Any) -> Any:
+            pairs = list(grads_and_vars)
+            divided = _per_replica([g for g, _ in pairs])
+            return base.aggregate_gradients(self, list(zip(divided, [v for _, v in pairs])))
+
+        namespace = {"aggregate_gradients": aggregate_gradients}
+    else:  # Keras 3: apply() takes every path's gradients (apply_gradients, minimize, train_step)
+
+        def apply(self: Any, grads: Any, trainable_variables: Any = None) -> Any:
+            return base.apply(self, _per_replica(list(grads)), trainable_variables)
+
+        namespace = {"apply": apply}
+    # Named and placed like the original, so that saved files name the user's optimizer class.
+    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+
+
+def averaging(optimizer: Any) -> Any:
+    """`optimizer`, now averaging. Keras 2: where a mixed-precision loss-scale optimizer wraps it, the inner
+    one, which aggregates. Keras 3: the one the step calls `apply` on, in the thread that traced the loss
+    (its loss-scale optimizer applies the inner one from a cross-replica merge_call)."""
+    inner = getattr(optimizer, "inner_optimizer", None)
+    keras_2 = hasattr(type(inner if inner is not None else optimizer), "aggregate_gradients")
+    target = inner if keras_2 and inner is not None else optimizer
+    if keras_2 or hasattr(type(target), "apply"):
+        target.__class__ = _averaging_class(type(target))
+    return optimizer
