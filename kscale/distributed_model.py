@@ -369,6 +369,29 @@ def _save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
     _saved(self, "save_weights", (filepath, *args), kwargs, may_be_folder=False)
 
 
+def _load_weights(self, *args: Any, **kwargs: Any) -> Any:
+    """Keras' load_weights (BackupAndRestore's restore too). A float learning rate the file brings is a
+    single-replica rate (what every kscale save writes, and what one process trains with): scaled for this
+    world, as compile scales the user's. Where the optimizer keeps its factor beside it (tf.keras), the
+    factor restored with it does that when training begins."""
+    state = _state(self)
+    before = _float_rate(self)
+    result = _keras(self, "load_weights")(*args, **kwargs)
+    after = _float_rate(self)
+    if state.rate_factor_variable is None and after is not None and after != before:
+        self.optimizer.learning_rate = after * state.rate_factor
+    return result
+
+
+def _float_rate(model: Any) -> float | None:
+    """The model optimizer's float learning rate (None for a schedule, or a placeholder optimizer)."""
+    state = _state(model)
+    if not state.scales_model_optimizer:
+        return None
+    rate = state.backend.learning_rate_of(model.optimizer)
+    return rate if isinstance(rate, float) else None
+
+
 _METHODS: dict[str, Callable[..., Any]] = {
     "compile": _compile,
     "fit": _fit,
@@ -379,6 +402,7 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "predict_on_batch": _predict_on_batch,
     "save": _save,
     "save_weights": _save_weights,
+    "load_weights": _load_weights,
 }
 
 

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import time
+import zlib
 
 import numpy as np
 
@@ -43,7 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: its default)")
     p.add_argument("--checkpoint", help="save a checkpoint here every epoch (rank 0 only, atomically)")
     p.add_argument("--save", help="save the trained model here at the end (rank 0 only, atomically)")
-    p.add_argument("--report", help="write wall time, samples/s and final loss here as JSON (rank 0)")
+    p.add_argument(
+        "--report",
+        help="write wall time, samples/s and losses here as JSON (rank 0; every rank where the path has {rank})",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-kscale", action="store_true", help="plain Keras: train without kscale.distribute()")
     return p.parse_args(argv)
@@ -128,15 +132,20 @@ def main(argv=None) -> dict:
         "samples_per_s": round(len(x) * epochs_run * (replicas if divided else 1) / wall, 1),
         "final_loss": float(history.history["loss"][-1]),
         "eval_loss": float(model.evaluate(x, y, batch_size=args.batch_size, verbose=0)[0]),
+        # The loss of always predicting the mean: a model that learned nothing does no better.
+        "mean_predictor_loss": float(np.mean((y - y.mean()) ** 2)),
+        # Every rank must end with the same weights (a CRC-32 of all of them).
+        "weights_crc32": zlib.crc32(b"".join(np.asarray(w).tobytes() for w in model.get_weights())),
     }
     if args.save:
         model.save(args.save)  # every rank calls it; kscale writes on the chief only
     if chief:
         print("lstm result " + json.dumps(report), flush=True)
-        if args.report:
-            os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
-            with open(args.report, "w") as f:
-                json.dump(report, f)
+    if args.report and (chief or "{rank}" in args.report):
+        path = args.report.replace("{rank}", str(kscale.rank()))
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(report, f)
     return report
 
 

@@ -30,7 +30,8 @@ from kscale.bench.runner import (
 )
 
 #: Horovod's knobs (label, worker options, launcher options), each measured against the defaults
-#: (fusion threshold 128 MB, cycle time 1 ms, no compression, one backward pass per allreduce).
+#: (fusion threshold 128 MB, cycle time 1 ms, no compression, one backward pass per allreduce, kscale's
+#: agreement check on).
 KNOBS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("fp16 compression", ("--compression", "fp16"), ()),
     ("backward_passes_per_step=2", ("--backward-passes", "2"), ()),
@@ -38,6 +39,9 @@ KNOBS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("fusion threshold 32 MB", (), ("--fusion-threshold-mb", "32")),
     ("cycle time 5 ms", (), ("--cycle-time-ms", "5")),
     ("autotune", (), ("--autotune",)),
+    # Not Horovod's: kscale's own check that the workers' weights agree, run at every epoch end (the cost
+    # of keeping it on is this ratio's distance from 1).
+    ("agreement check off", ("--no-check-agreement",), ()),
 )
 KNOB_LABELS = tuple(label for label, _, _ in KNOBS)
 

@@ -72,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mixed-precision", action="store_true", help="Keras' mixed_float16 policy")
     p.add_argument("--compression", default=None, help="Horovod: fp16 sends gradients as float16")
     p.add_argument("--backward-passes", type=int, default=1, help="Horovod: batches per allreduce")
+    p.add_argument(
+        "--no-check-agreement",
+        action="store_true",
+        help="kscale only: check_agreement=False (no fingerprint of the weights compared at each epoch end)",
+    )
     p.add_argument("--records", help="read the data from the TFRecord files in this folder (kscale only)")
     p.add_argument("--shard", default="auto", choices=["auto", "data"], help="--records: auto-shard policy")
     p.add_argument("--write-records", help="write the model's synthetic data as TFRecord files here, exit")
@@ -196,6 +201,8 @@ def train_with_kscale(args, spec, keras, data, strategy=None) -> Job:
     if spec.rebuildable:
         model.compile(**spec.compile_args(keras, 1.0))
     options: dict[str, Any] = {"backend": args.backend}
+    if args.no_check_agreement:
+        options["check_agreement"] = False
     if args.backend == "mirrored":
         import tensorflow as tf
 

@@ -98,10 +98,15 @@ def _run_one_process(steps: int) -> tuple[int, _Tee]:
 def _verdict(code: int, tee: _Tee) -> int:
     failed = [line for line in tee.verdicts if FAIL in line]
     passed = [line for line in tee.verdicts if PASS in line]
-    if code == 0 and not failed:
+    if code == 0 and passed and not failed:
         print(f"kscale test: PASS ({len(passed)} rank(s) on this node passed every check)")
         return 0
-    reasons = failed or [f"the launch exited with status {code} before the self-test gave a verdict"]
+    if failed:
+        reasons = failed
+    elif code:
+        reasons = [f"the launch exited with status {code} before the self-test gave a verdict"]
+    else:  # exit 0 and no verdict: the self-test never ran to its end (or its output was lost)
+        reasons = ["the launch exited with status 0 but no rank printed the self-test's verdict"]
     print("kscale test: FAIL\n" + "\n".join(f"  {reason}" for reason in reasons))
     return code or 1
 

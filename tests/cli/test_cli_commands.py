@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+import kscale
+import kscale.backends
 from kscale.cli import doctor, run
 from kscale.cli.facts import BuildInfo
 from kscale.cli.main import build_parser, main
@@ -108,11 +110,31 @@ def test_env_reads_the_launcher(monkeypatch, capsys):
     assert info["is_chief"] is False and info["backend_override"] == "horovod" and "backend" not in info
 
 
-def test_env_text_and_backend(monkeypatch, capsys):
-    monkeypatch.setattr("kscale.cli.env._backend", lambda env: "single")
-    assert main(["env"]) == 0
-    out = capsys.readouterr().out
-    assert "launcher" in out and "none" in out and "backend" in out and "single" in out
+@pytest.mark.parametrize(
+    ("variables", "launcher", "backend"),
+    [
+        ({}, "none", "single"),  # this CPU machine, no launcher: one process
+        (
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+                )
+            },
+            "tf_config",
+            "multi_worker",
+        ),
+    ],
+)
+def test_env_names_the_backend_distribute_would_pick(
+    clean_launcher_env, monkeypatch, capsys, variables, launcher, backend
+):
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    kscale.environment.reset()
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["launcher"], info["backend"]) == (launcher, backend)
+    assert kscale.backends.resolve(env=kscale.environment.current()).name == backend
 
 
 def test_env_with_broken_launcher_variables(monkeypatch, capsys):
@@ -120,3 +142,23 @@ def test_env_with_broken_launcher_variables(monkeypatch, capsys):
     monkeypatch.setenv("HOROVOD_SIZE", "2")
     assert main(["env", "--no-backend"]) == 2
     assert "HOROVOD_RANK='x' is not an integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("code", "lines", "verdict"),
+    [
+        (0, ["[0]<stdout>:kscale selftest PASS", "[1]<stdout>:kscale selftest PASS"], 0),
+        (0, [], 1),  # exit 0, yet no rank said it passed: not a PASS
+        (0, ["kscale selftest PASS", "kscale selftest FAIL: ranks differ"], 1),
+        (3, ["kscale selftest PASS"], 3),
+    ],
+)
+def test_kscale_test_passes_only_on_a_verdict_and_no_failure(code, lines, verdict, capsys):
+    import io
+
+    from kscale.cli import test as test_cli
+
+    tee = test_cli._Tee(io.StringIO())
+    tee.write("\n".join(lines) + "\n")
+    assert test_cli._verdict(code, tee) == verdict
+    assert ("kscale test: PASS" in capsys.readouterr().out) is (verdict == 0)

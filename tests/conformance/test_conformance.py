@@ -42,10 +42,6 @@ WAYS = {
 KNOWN_BROKEN: dict[tuple[str, str, str], str] = {
     ("keras3-jax", "jax", "save_load_predict"): "predict of a model loaded after a 2-process fit: JAX's "
     "'spans non-addressable devices' (#19.12)",
-    ("keras3-jax", "jax", "backup_and_restore"): "refused (BackendError): every process would create, "
-    "write and delete the one backup folder; the races hung or aborted the job",
-    ("keras3-tf", "mirrored", "backup_and_restore"): "Keras 3's BackupAndRestore: the resumed run does not "
-    "match an uninterrupted one",
 }
 
 

@@ -286,3 +286,19 @@ def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as
     assert float(model.d_optimizer.learning_rate) == pytest.approx(0.02)  # x 2 workers
     assert float(model.g_optimizer.learning_rate) == pytest.approx(0.004)
     assert model.kscale_plan.own_optimizers == (("d_optimizer", 0.01, 0.02), ("g_optimizer", 0.002, 0.004))
+
+
+def test_load_weights_scales_the_restored_rate_for_this_world(distribute_as_worker, tmp_path):
+    # Files hold the single-replica rate (kscale's saves write it; one process trains with it): a restore
+    # (load_weights, BackupAndRestore's) gets this world's rate back, not half of it.
+    model = distribute_as_worker(compiled("sequential", lr=0.05))
+    model.fit(X, Y, batch_size=4, epochs=1, verbose=0)  # builds the optimizer: its variables are saved
+    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.1)
+    model.save_weights(str(tmp_path / "two.weights.h5"))
+    model.load_weights(str(tmp_path / "two.weights.h5"))
+    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.1)
+    plain = compiled("sequential", lr=0.3)  # one process's checkpoint at its own rate
+    plain.fit(X, Y, batch_size=4, epochs=1, verbose=0)
+    plain.save_weights(str(tmp_path / "one.weights.h5"))
+    model.load_weights(str(tmp_path / "one.weights.h5"))
+    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.6)

@@ -36,7 +36,12 @@ def _max_diff(a: list, b: list) -> float:
 
 def _assert_resumed(workdir, ranks: int, uninterrupted: dict) -> None:
     results = [_result(workdir, rank) for rank in range(ranks)]
+    with open(os.path.join(workdir, "backed_up.0.json")) as f:
+        backed_up = json.load(f)  # the chief's weights and optimizer state when its backup was written
     for rank, result in enumerate(results):
+        # Every rank resumed from exactly what the killed chief backed up: weights, step, momentum.
+        for part in ("weights", "optimizer"):
+            assert _max_diff(result["restored"][part], backed_up[part]) == 0.0, f"rank {rank}: {part}"
         assert result["epochs"] == [2, 3], f"rank {rank} ran epochs {result['epochs']}"
         # 64 samples at global batch 8: 8 steps an epoch; 16 came back with the backup, 16 were run.
         assert result["iterations"] == uninterrupted["iterations"] == 32, f"rank {rank}"

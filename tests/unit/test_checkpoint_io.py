@@ -156,9 +156,19 @@ def test_ram_saves_are_staged_and_renamed(ram, model, name, kind):
     assert names == (
         ["model.keras"] if kind == "model" else ["checkpoint", "ckpt.data-00000-of-00001", "ckpt.index"]
     )
+    # What was renamed into place is the model, whole: it loads with the same weights.
+    if kind == "model":
+        restored = tf.keras.models.load_model(target)
+    else:
+        restored = tf.keras.models.clone_model(model)
+        restored.load_weights(target)
+    for saved, original in zip(restored.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(saved, original)
+    contents = {name: tf.io.gfile.GFile(f"{ram}/{name}", "rb").read() for name in names}
     with pytest.raises(OSError, match="disk full"):
         atomic_save(target, failing_gfile_save(), may_be_folder=kind == "model")
-    assert sorted(tf.io.gfile.listdir(ram)) == names  # the failed save left the previous one alone
+    assert sorted(tf.io.gfile.listdir(ram)) == names  # the failed save left the previous one alone...
+    assert {name: tf.io.gfile.GFile(f"{ram}/{name}", "rb").read() for name in names} == contents  # ...whole
 
 
 def failing_gfile_save():

@@ -155,9 +155,13 @@ def test_numpy_integer_batch_size_is_accepted_like_keras():
 
 def test_evaluate_gives_keras_numbers():
     model = tiny_model(metrics=["mae"])
+    plain = keras_twin(model)  # plain Keras with the same weights (on `single` the model itself is kscale's)
+    plain.compile(optimizer="sgd", loss="mse", metrics=["mae"])
     distributed = kscale.distribute(model, print_plan=False)
     x, y = regression_data(12)
-    expected = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
+    expected = plain.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
+    errors = plain.predict(x, verbose=0) - y
+    assert expected == pytest.approx({"loss": np.mean(errors**2), "mae": np.mean(np.abs(errors))}, rel=1e-5)
     assert distributed.evaluate(x, y, batch_size=4, verbose=0, return_dict=True) == pytest.approx(expected)
     loss, mae = distributed.evaluate(x, y, batch_size=4, verbose=0)
     assert (loss, mae) == pytest.approx((expected["loss"], expected["mae"]))
@@ -244,6 +248,11 @@ def test_each_worker_trains_on_its_own_shard(distribute_as_worker):
     assert plan.steps_per_epoch_after == math.ceil(10 / 4)  # 21 samples: 10 each, 1 unused
     assert plan.notes == ("1 trailing sample(s) of 21 unused so workers stay even",)
     assert plan.global_batch == 8
+    # Which samples: worker 1 of 2 trains on every second one from index 1 (the stub averages nothing,
+    # so it matches plain Keras on exactly those samples at the rate scaled for 2 replicas).
+    plain = tiny_model(lr=0.1)
+    plain.fit(x[1:20:2], y[1:20:2], batch_size=4, shuffle=False, verbose=0)
+    assert_same_weights(distributed, plain, rtol=1e-6)
 
 
 def test_two_workers_scale_the_learning_rate_on_a_new_optimizer(distribute_as_worker):

@@ -102,7 +102,8 @@ for kind in ("sequential", "functional", "subclassed"):
     checkpoint = tf.keras.callbacks.ModelCheckpoint(
         os.path.join(folder, "best.keras"), monitor="val_loss", save_best_only=True
     )
-    stopping = tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=5)
+    # No epoch improves val_loss by 1e9: it stops after the second epoch, the same on every rank.
+    stopping = tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=0, min_delta=1e9)
     history = distributed.fit(
         x,
         y,
@@ -127,6 +128,7 @@ for kind in ("sequential", "functional", "subclassed"):
     distributed.compile(optimizer=tf.keras.optimizers.Adam(0.001), loss="mse", metrics=["mae"])
     r["learning_rate_after_compile"] = float(distributed.optimizer.learning_rate.numpy())
     mine = slice(8 * rank, 8 * rank + 8)  # under Horovod each rank passes its own batch
+    before_batch = distributed.get_weights()
     r["train_on_batch"] = distributed.train_on_batch(x[mine], y[mine], return_dict=True)
     r["test_on_batch"] = distributed.test_on_batch(x[mine], y[mine], return_dict=True)
     r["predict_on_batch"] = np.asarray(distributed.predict_on_batch(x[:4])).tolist()
@@ -137,6 +139,21 @@ for kind in ("sequential", "functional", "subclassed"):
         clone(x[:1])
     clone.set_weights(distributed.get_weights())
     r["clone_matches"] = type(clone) is type(model) and outputs_match(clone, distributed, x)
+    # What one process reports for every rank's batch together: the *_on_batch numbers must be these.
+    everyone = slice(0, 8 * kscale.size())
+    plain = tf.keras.models.clone_model(distributed)
+    if kind == "subclassed":
+        plain(x[:1])
+    plain.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    plain.set_weights(before_batch)
+    r["train_on_batch_one_process"] = plain.evaluate(
+        x[everyone], y[everyone], batch_size=64, verbose=0, return_dict=True
+    )
+    plain.set_weights(distributed.get_weights())
+    r["test_on_batch_one_process"] = plain.evaluate(
+        x[everyone], y[everyone], batch_size=64, verbose=0, return_dict=True
+    )
+    r["predict_on_batch_one_process"] = np.asarray(plain.predict(x[:4], verbose=0)).tolist()
     own_path = os.path.join(
         folder, f"keras_save_model.{rank}.keras"
     )  # Keras' own function: every rank writes

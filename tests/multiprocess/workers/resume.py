@@ -48,15 +48,34 @@ if args.mode != "reference":
     model = kscale.distribute(model, print_plan=False, **options)
 
 
+def state(model) -> dict:
+    """The weights and the optimizer's variables (step count, momentum), as this rank holds them."""
+    optimizer = model.optimizer.variables
+    optimizer = optimizer() if callable(optimizer) else optimizer
+    return {
+        "weights": [w.tolist() for w in model.get_weights()],
+        "optimizer": [np.asarray(v.numpy()).tolist() for v in optimizer],
+    }
+
+
 class Epochs(tf.keras.callbacks.Callback):
+    """Runs after BackupAndRestore: sees what it restored when training begins and what it backed up
+    when an epoch ends."""
+
     def __init__(self):
         super().__init__()
         self.ran = []
+        self.restored = None
+
+    def on_train_begin(self, logs=None):
+        self.restored = state(self.model)
 
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
         crashes = rank == 0 or args.mode == "multi_worker"
         if args.crash_after_epochs and epoch + 1 == args.crash_after_epochs and crashes:
+            with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
+                json.dump(state(self.model), f)
             print(f"rank {rank}: dying after epoch {epoch + 1}, as asked", flush=True)
             os._exit(3)
 
@@ -76,6 +95,7 @@ result = {
     "epochs": epochs.ran,
     "final": [w.tolist() for w in model.get_weights()],
     "iterations": int(model.optimizer.iterations.numpy()),
+    "restored": epochs.restored,
 }
 with open(os.path.join(args.workdir, f"result.{rank}.json"), "w") as f:
     json.dump(result, f)
