@@ -101,6 +101,8 @@ def distribute(model: Any, **options: Any) -> Any:
     object.__setattr__(placed, _STATE, _State(backend, opts, backend_options, plan))
     for name, method in _METHODS.items():
         object.__setattr__(placed, name, types.MethodType(method, placed))
+    if hasattr(type(placed), "__deepcopy__"):  # tf.keras defines its own; Keras 3 copies through pickling
+        object.__setattr__(placed, "__deepcopy__", types.MethodType(_deepcopy, placed))
     if _has_own_compile(placed):  # compiled by the user's own compile already: its optimizers are attributes
         _state(placed).scales_model_optimizer = False
         _prepare_own_optimizers(placed)
@@ -383,6 +385,20 @@ def _load_weights(self, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
+def _reduce_ex(self, protocol: int) -> Any:
+    """pickle (and copy.deepcopy of a Keras 3 model): Keras writes the model into bytes here, as save
+    writes a file: with the single-replica rate, so that distributing the copy scales it once."""
+    with _single_replica_rate(self):
+        return type(self).__reduce_ex__(self, protocol)
+
+
+def _deepcopy(self, memo: dict) -> Any:
+    """copy.deepcopy / copy.copy of a tf.keras model (Keras' own __deepcopy__, through its saved form):
+    the copy holds the single-replica rate, as a saved file does."""
+    with _single_replica_rate(self):
+        return type(self).__deepcopy__(self, memo)
+
+
 def _float_rate(model: Any) -> float | None:
     """The model optimizer's float learning rate (None for a schedule, or a placeholder optimizer)."""
     state = _state(model)
@@ -403,6 +419,7 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "save": _save,
     "save_weights": _save_weights,
     "load_weights": _load_weights,
+    "__reduce_ex__": _reduce_ex,
 }
 
 

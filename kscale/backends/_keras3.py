@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import weakref
 from typing import Any
 
 import keras
@@ -46,7 +47,8 @@ class Keras3Backend(Backend):
 
     def __init__(self, env: Any, devices: list[str] | None = None):
         super().__init__(env, devices)
-        self._local_copies: dict[int, Any] = {}  # `local_copy`'s copies, by model
+        # `local_copy`'s copies, by model: gone with the model (an id could be reused by another one)
+        self._local_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @staticmethod
     def keras_module() -> Any:
@@ -178,13 +180,13 @@ class Keras3Backend(Backend):
         """A copy of `model` built where this is called (under `outside_distribution`) with `model`'s current
         weights, compiled with `compile_args` (fresh loss and metric objects) when they are given; made
         once per model."""
-        local = self._local_copies.get(id(model))
+        local = self._local_copies.get(model)
         weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
         if local is None:
             local = _keras_private.clone_uncompiled(keras, model)
             if not local.built:
                 local.build_from_config(model.get_build_config())
-            self._local_copies[id(model)] = local
+            self._local_copies[model] = local
         if compile_args is not None and not local.compiled:
             local.compile(**self.fresh_compile_args(compile_args))
         local.set_weights(weights)

@@ -302,3 +302,34 @@ def test_load_weights_scales_the_restored_rate_for_this_world(distribute_as_work
     plain.save_weights(str(tmp_path / "one.weights.h5"))
     model.load_weights(str(tmp_path / "one.weights.h5"))
     assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_holds_the_single_replica_rate_as_a_saved_file_does(distribute_as_worker, how):
+    import copy
+    import pickle
+
+    distributed = distribute_as_worker(compiled("sequential", lr=0.01))
+    clone = copy.deepcopy(distributed) if how == "deepcopy" else pickle.loads(pickle.dumps(distributed))
+    assert state_of(clone) is None and type(clone) is type(distributed)
+    assert float(keras.ops.convert_to_numpy(clone.optimizer.learning_rate)) == pytest.approx(0.01)
+    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.02)
+    again = distribute_as_worker(clone)
+    assert float(keras.ops.convert_to_numpy(again.optimizer.learning_rate)) == pytest.approx(0.02)
+
+
+def test_a_models_local_copy_goes_with_the_model():
+    # Copies for evaluate/predict are kept per model object, not per id(): a new model never gets an old
+    # model's copy, and a copy is freed with its model.
+    import gc
+
+    from kscale import environment
+    from kscale.backends.keras3_single import Keras3SingleBackend
+
+    backend = Keras3SingleBackend(environment.current())
+    model = compiled("sequential")
+    copy_of_model = backend.local_copy(model, {"loss": "mse"})
+    assert copy_of_model is not model and backend.local_copy(model) is copy_of_model
+    del model, copy_of_model
+    gc.collect()
+    assert len(backend._local_copies) == 0

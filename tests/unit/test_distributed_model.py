@@ -199,6 +199,20 @@ def test_a_copy_is_a_plain_keras_model():
     assert_same_weights(clone, distributed)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "copy", "pickle"])
+def test_a_copy_holds_the_single_replica_rate_as_a_saved_file_does(distribute_as_worker, how):
+    # Distributing the copy again scales its rate once: 0.01 -> 0.02, never 0.04 (issue 19, 7d).
+    import pickle
+
+    distributed = distribute_as_worker(tiny_model(lr=0.01))
+    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.02)
+    copies = {"deepcopy": copy.deepcopy, "copy": copy.copy, "pickle": lambda m: pickle.loads(pickle.dumps(m))}
+    clone = copies[how](distributed)
+    assert float(clone.optimizer.learning_rate.numpy()) == pytest.approx(0.01)
+    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.02)  # the original keeps its
+    assert float(distribute_as_worker(clone).optimizer.learning_rate.numpy()) == pytest.approx(0.02)
+
+
 # -- the model stays the model ---------------------------------------------------------------------------
 def test_attributes_and_methods_are_the_models(capsys):
     model = tiny_model()
