@@ -283,7 +283,8 @@ def _fit_in_this_world(
     # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
     a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale]
-    return _keras(self, "fit")(**a)
+    with backend.keras_steps():
+        return _keras(self, "fit")(**a)
 
 
 def _replan_world(model: Any) -> None:
@@ -433,7 +434,8 @@ def _averaged(model: Any, name: str, arguments: dict) -> Any:
     if name == "evaluate":
         logs = combined = state.backend.evaluate(model, _keras(model, name), arguments, state.compile_args)
     else:
-        logs = _keras(model, name)(**arguments)
+        with state.backend.keras_steps():
+            logs = _keras(model, name)(**arguments)
         combined = state.backend.reduce_results(model, logs)  # the metric states are still there
     if return_dict:
         return combined

@@ -80,6 +80,10 @@ class Backend(abc.ABC):
     def devices(self) -> tuple[str, ...]:
         return ()
 
+    def keras_steps(self) -> contextlib.AbstractContextManager:
+        """Where Keras' fit, train_on_batch and test_on_batch run for kscale, each worker feeding its part."""
+        return contextlib.nullcontext()
+
     def scope(self) -> contextlib.AbstractContextManager:
         """Context in which models are built for this backend (a strategy scope, or nothing)."""
         return contextlib.nullcontext()

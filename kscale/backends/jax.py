@@ -2,8 +2,10 @@
 
 Processes find each other through `keras.distribution.initialize()` (jax.distributed), which reads
 KERAS_DISTRIBUTION_JOB_ADDRESSES / NUM_PROCESSES / PROCESS_ID (kscale run sets them); CPUs talk over
-Gloo. Each process feeds its own shard of the data (Keras' auto-sharding takes tf.data only), and Keras
-assembles each step's global batch from the processes' local batches.
+Gloo. In kscale's fit and *_on_batch each process feeds its own shard of the data (Keras' auto-sharding
+takes tf.data only), and Keras assembles each step's global batch from the processes' local batches.
+Outside them (predict, and plain Keras calls on any model) every process passes all its data, and computes
+what one process would; evaluate runs on each process's copy of the model and sums the metrics' states.
 """
 
 from __future__ import annotations
@@ -57,9 +59,15 @@ class JaxBackend(Keras3Backend):
                     "Keras or JAX operation: kscale joins the keras.distribution job at import."
                 ) from err
         devices = self.requested_devices or keras.distribution.list_devices()
-        # Each process gives Keras its own shard (kscale cuts it), so Keras must not cut it again.
+        # In kscale's own steps each process gives Keras its own shard (kscale cuts it, so Keras must not
+        # cut it again), and Keras assembles the global batch from them.
         self._distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
-        keras.distribution.set_distribution(self._distribution)
+        # Between them, across processes, the job's distribution places variables alike but takes data
+        # whole on every process (WholeDataOnEveryProcess).
+        between = self._distribution
+        if jax.process_count() > 1:
+            between = WholeDataOnEveryProcess(devices=devices, auto_shard_dataset=False)
+        keras.distribution.set_distribution(between)
 
     @property
     def num_workers(self) -> int:
@@ -78,6 +86,9 @@ class JaxBackend(Keras3Backend):
         return tuple(str(d) for d in self._distribution.device_mesh.devices.flatten())
 
     def scope(self) -> contextlib.AbstractContextManager:
+        return self._distribution.scope()
+
+    def keras_steps(self) -> contextlib.AbstractContextManager:
         return self._distribution.scope()
 
     def place_model(self, model: Any) -> Any:
@@ -125,14 +136,6 @@ class JaxBackend(Keras3Backend):
             )
         return super().user_callbacks(callbacks)
 
-    def predict(self, model: Any, method: str, keras_method: Any, arguments: dict, options: Any) -> Any:
-        """Across processes Keras' predict returns arrays no process holds whole: predict with a copy of the
-        model on this process's own devices instead, so every process gets all of its `x`, as elsewhere."""
-        if self.num_workers == 1:
-            return keras_method(**arguments)
-        with self.outside_distribution():
-            return getattr(self.local_copy(model), method)(**arguments)
-
     def evaluates_on_copy(self) -> bool:
         # Every step of Keras' evaluate across processes is a collective over equal batches: parts that
         # no batch divides would lose samples.
@@ -159,6 +162,17 @@ class JaxBackend(Keras3Backend):
 
     def averaged_numbers(self, values: list[float]) -> list[float]:
         return [float(v) for v in self.gather(np.asarray(values, np.float64)).mean(axis=0)]
+
+
+class WholeDataOnEveryProcess(keras.distribution.DataParallel):
+    """The job's distribution outside kscale's own steps: variables on every device of every process, as
+    under DataParallel (models built after `import kscale` are made there, alike everywhere), but data
+    taken whole on every process. What a plain Keras call passes (`keras.models.load_model(path)
+    .predict(x)` on every process) is then computed as one process would, on each, instead of being
+    taken for one process's shard of a global batch whose results no process holds whole."""
+
+    def get_data_layout(self, data_shape: tuple) -> Any:
+        return keras.distribution.TensorLayout([None] * len(data_shape), self.device_mesh)
 
 
 @contextlib.contextmanager

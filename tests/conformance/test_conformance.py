@@ -39,10 +39,7 @@ WAYS = {
 }
 
 #: (family, way, program): why it fails today. Each must still fail (see the module's docstring).
-KNOWN_BROKEN: dict[tuple[str, str, str], str] = {
-    ("keras3-jax", "jax", "save_load_predict"): "predict of a model loaded after a 2-process fit: JAX's "
-    "'spans non-addressable devices' (#19.12)",
-}
+KNOWN_BROKEN: dict[tuple[str, str, str], str] = {}
 
 
 def lane_ways() -> list[str]:
