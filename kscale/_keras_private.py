@@ -108,3 +108,19 @@ def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
     watched = module.scale_loss_for_distribution._kscale_callbacks
     if callback not in watched:
         watched.append(callback)
+
+
+#: The keyword Keras' own fit passes to `evaluate` when it validates (both generations): the validation
+#: data is then already the iterator fit made of kscale's feed. kscale must tell that call from a user's
+#: evaluate (which it feeds itself); Keras has no public sign of it.
+_FIT_VALIDATION_FLAG = "_use_cached_eval_dataset"
+
+
+def is_fit_validation(evaluate_kwargs: dict) -> bool:
+    """Whether this evaluate() call is Keras' fit validating (its data already fed by kscale)."""
+    return bool(evaluate_kwargs.get(_FIT_VALIDATION_FLAG))
+
+
+def without_fit_validation_flag(evaluate_kwargs: dict) -> dict:
+    """evaluate()'s arguments as a call of one's own takes them (a copy of the model has no cached data)."""
+    return {k: v for k, v in evaluate_kwargs.items() if k != _FIT_VALIDATION_FLAG}

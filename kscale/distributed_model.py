@@ -158,13 +158,50 @@ def _set_plan(model: Any, plan: Plan) -> None:
 
 
 def _keras(model: Any, name: str) -> Callable[..., Any]:
-    """The method `name` of the model's own class (Keras', or the user's override), bound to the model."""
-    return functools.partial(getattr(type(model), name), model)
+    """The method `name` of the model's own class (Keras', or the user's override), bound to the model.
+
+    An override of the user's may not take every argument kscale passes (its part of the data, its
+    callbacks, steps): dropping one would train wrong, so that is a ModelError saying how to fix it."""
+    method = getattr(type(model), name)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        taken, takes_any = _keywords(method)
+        refused = sorted(set(kwargs) - taken) if not takes_any else []
+        if refused:
+            raise ModelError(
+                f"{type(model).__name__}.{name}() (your override) takes no {', '.join(refused)}, which kscale "
+                f"passes to it (each worker's part of the data, its callbacks and step counts). Give it "
+                f"**kwargs and pass them on: `def {name}(self, *args, **kwargs): ... super().{name}(*args, "
+                "**kwargs)`."
+            )
+        return method(model, *args, **kwargs)
+
+    return call
+
+
+@functools.cache
+def _keras_method(cls: type, name: str) -> Callable[..., Any]:
+    """Keras' own `name` among `cls`'s bases (the class's own where no Keras class defines it)."""
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in ("keras", "tf_keras") and name in vars(klass):
+            return vars(klass)[name]
+    return getattr(cls, name)
+
+
+@functools.cache
+def _keywords(method: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    """The keyword arguments `method` takes, and whether it takes any (**kwargs)."""
+    parameters = inspect.signature(method).parameters.values()
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return frozenset(p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL), takes_any
 
 
 def _arguments(model: Any, name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The call's arguments by name, as the class's own method would receive them (positional ones too)."""
+    """The call's arguments by name, as the class's own method would receive them (positional ones too);
+    by Keras' own signature where the class's takes `*args` (an override passing everything on)."""
     signature = inspect.signature(getattr(type(model), name))
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        signature = inspect.signature(_keras_method(type(model), name))
     bound = signature.bind(model, *args, **kwargs).arguments
     named: dict[str, Any] = {}
     for parameter in list(signature.parameters.values())[1:]:
@@ -314,7 +351,7 @@ def _replan_world(model: Any) -> None:
 def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' evaluate on this worker's part of the data, averaged over workers: the same on every rank."""
     state = _state(self)
-    if kwargs.get("_use_cached_eval_dataset"):  # Keras' own fit validating: its data is already fed
+    if _keras_private.is_fit_validation(kwargs):  # Keras' own fit validating: its data is already fed
         return state.backend.evaluate(self, _keras(self, "evaluate"), kwargs, state.compile_args)
 
     backend = state.backend

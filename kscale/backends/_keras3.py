@@ -170,7 +170,7 @@ class Keras3Backend(Backend):
         process evaluating everything. The copy runs outside the distribution: on one device."""
         if not self.evaluates_on_copy():
             return super().evaluate(model, keras_evaluate, arguments, compile_args)
-        arguments = {k: v for k, v in arguments.items() if k != "_use_cached_eval_dataset"}
+        arguments = _keras_private.without_fit_validation_flag(arguments)
         with self.outside_distribution():
             local = self.local_copy(model, compile_args)
             logs = local.evaluate(**arguments)

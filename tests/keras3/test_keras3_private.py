@@ -68,3 +68,20 @@ def test_on_distribution_loss_scaling_sees_keras_divide_its_loss():
     _keras_private.on_distribution_loss_scaling(keras, lambda: calls.append(1))
     keras.losses.MeanSquaredError()(np.ones((2, 1), np.float32), np.zeros((2, 1), np.float32))
     assert calls
+
+
+def test_fit_validates_through_evaluate_with_the_flag_kscale_reads():
+    seen = []
+
+    class Watch(keras.Sequential):
+        def evaluate(self, *args, **kwargs):
+            seen.append(_keras_private.is_fit_validation(kwargs))
+            return super().evaluate(*args, **kwargs)
+
+    model = Watch([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((4, 3), np.float32), np.ones((4, 1), np.float32)
+    model.fit(x, y, validation_data=(x, y), epochs=1, verbose=0)
+    model.evaluate(x, y, verbose=0)
+    assert seen == [True, False]
+    assert _keras_private.without_fit_validation_flag({"x": 1, "_use_cached_eval_dataset": True}) == {"x": 1}

@@ -389,3 +389,34 @@ def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as
     )
     assert float(model.d_optimizer.learning_rate.numpy()) == pytest.approx(0.2)
     assert float(model.g_optimizer.learning_rate.numpy()) == pytest.approx(0.6)
+
+
+# -- a model class with a fit of its own ---------------------------------------------------------------------
+class FitWithKwargs(tf.keras.Sequential):
+    def fit(self, *args, **kwargs):
+        self.fits = getattr(self, "fits", 0) + 1
+        return super().fit(*args, **kwargs)
+
+
+class FitWithoutKwargs(tf.keras.Sequential):
+    def fit(self, x, y, epochs=1, verbose=0):
+        return super().fit(x, y, epochs=epochs, verbose=verbose)
+
+
+@pytest.mark.parametrize("cls", [FitWithKwargs, FitWithoutKwargs])
+def test_a_fit_of_the_users_own_runs_or_says_what_it_lacks(distribute_as_worker, cls):
+    kscale.set_seed(0)
+    model = cls([tf.keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+    distributed = distribute_as_worker(model)
+    x, y = regression_data(16)
+    if cls is FitWithKwargs:  # the override runs, with kscale's arguments passed on to Keras
+        history = distributed.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        assert distributed.fits == 1 and len(history.history["loss"]) == 2
+        assert distributed.kscale_plan.steps_per_epoch_after == 2  # its half of the data
+        return
+    with pytest.raises(kscale.errors.ModelError) as err:  # never called without kscale's data and callbacks
+        distributed.fit(x, y, epochs=2)  # as its own signature takes it
+    message = str(err.value)
+    assert "FitWithoutKwargs.fit() (your override) takes no batch_size, callbacks" in message
+    assert "**kwargs" in message

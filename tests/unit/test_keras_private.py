@@ -79,3 +79,19 @@ def test_on_distribution_loss_scaling_sees_keras_divide_its_loss():
     x = tf.ones((2, 3))
     model.compute_loss(x, tf.ones((2, 1)), model(x))
     assert calls
+
+
+def test_fit_validates_through_evaluate_with_the_flag_kscale_reads():
+    seen = []
+
+    class Watch(tf.keras.Sequential):
+        def evaluate(self, *args, **kwargs):
+            seen.append(_keras_private.is_fit_validation(kwargs))
+            return super().evaluate(*args, **kwargs)
+
+    model = Watch([tf.keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = tf.ones((4, 3)), tf.ones((4, 1))
+    model.fit(x, y, validation_data=(x, y), epochs=1, verbose=0)
+    model.evaluate(x, y, verbose=0)
+    assert seen == [True, False]
