@@ -152,6 +152,8 @@ def parse_options(backend: Backend, keywords: dict[str, Any], common: list[str])
     An option of another backend is checked by that backend (a bad value fails the same way on a laptop
     as on the cluster) and then refused here, so a script never silently trains without it.
     """
+    if set(keywords) <= {f.name for f in dataclasses.fields(backend.Options)}:
+        return backend.Options(**keywords)  # the backend's own (or none): no other backend is imported
     owners: dict[str, list[type[Backend]]] = {}
     loaded = _importable(backend.keras_generation)
     for cls in loaded:

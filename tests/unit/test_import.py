@@ -112,3 +112,21 @@ def test_rank_helpers_follow_the_environment(monkeypatch):
     environment.reset()
     assert (kscale.rank(), kscale.size(), kscale.local_rank(), kscale.num_replicas()) == (2, 4, 0, 4)
     assert not kscale.is_chief()
+
+
+@pytest.mark.timeout(120)
+def test_distribute_in_one_process_imports_no_horovod_and_no_jax():
+    proc = run_python(
+        """
+        import sys
+        import tensorflow as tf
+        import kscale
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+        model.compile(optimizer="sgd", loss="mse")
+        kscale.distribute(model, print_plan=False)
+        loaded = [m for m in ("horovod", "jax") if m in sys.modules]
+        assert not loaded, loaded
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
