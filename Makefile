@@ -96,8 +96,13 @@ test: lint test-a test-b test-jax test-tf221
 test-a: venv sshd
 	$(PY) $(PYTEST) --ignore=tests/keras3
 
+# Lane B also runs the multi-process tests of what every tf.keras lane promises (exact metrics, chief-only
+# writes, BackupAndRestore and resume, the broadcast of differing weights); lane A runs them all.
+LANE_B_MULTIPROCESS := tests/multiprocess/test_exact_metrics.py tests/multiprocess/test_keras_api.py \
+  tests/multiprocess/test_backup_and_restore.py tests/multiprocess/test_equivalence.py
 test-b: $(LANE_B)/.ready
-	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance
+	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance \
+	  $(LANE_B_MULTIPROCESS)
 
 test-jax: $(LANE_JAX)/.ready
 	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance

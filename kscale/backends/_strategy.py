@@ -102,6 +102,11 @@ class StrategyMixin:
         rows[self.worker_index] = values
         return sum_over_replicas(self.strategy, [rows], every=self.replicas_per_worker)[0]
 
+    def mean_over_workers(self, values: np.ndarray) -> np.ndarray:
+        """The workers' first replicas' `values`, summed over the workers and divided by their number."""
+        total = sum_over_replicas(self.strategy, [np.asarray(values)], every=self.replicas_per_worker)[0]
+        return total / np.asarray(self.num_workers, total.dtype)
+
     def barrier(self) -> None:
         if self.num_workers > 1:  # a one-number collective: every worker must reach it
             first_replica_arrays(self.strategy, [np.zeros(1, np.float32)])

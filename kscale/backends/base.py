@@ -213,6 +213,27 @@ class Backend(abc.ABC):
         evaluate on a copy of it."""
         return self.reduce_results(model, keras_evaluate(**arguments))
 
+    def agree_on_state(self, variables: list) -> None:
+        """Give every worker the workers' mean of each of `variables`: state that each updates from its own
+        batches and no gradient averaging reaches (batch normalization's moving statistics). One collective
+        per dtype; nothing where one worker computes it for all."""
+        if self.num_workers == 1 or not variables:
+            return
+        values = self.local_values(variables)
+        by_dtype: dict[np.dtype, list[int]] = {}
+        for i, value in enumerate(values):
+            by_dtype.setdefault(value.dtype, []).append(i)
+        for indices in by_dtype.values():
+            # float64: the mean of equal values (a frozen layer's) is that value, to the last bit
+            packed = np.concatenate([values[i].reshape(-1) for i in indices]).astype(np.float64)
+            mean = self.mean_over_workers(packed)
+            for i, part in zip(indices, np.split(mean, np.cumsum([values[i].size for i in indices])[:-1])):
+                variables[i].assign(part.reshape(values[i].shape).astype(values[i].dtype))
+
+    def mean_over_workers(self, values: np.ndarray) -> np.ndarray:
+        """The workers' mean of `values` (the same shape everywhere), on every worker."""
+        return values
+
     def local_values(self, variables: list) -> list[np.ndarray]:
         """This worker's copy of each variable's value, read without any collective."""
         return [np.asarray(v) for v in variables]

@@ -210,6 +210,10 @@ class HorovodBackend(TFKerasBackend):
         rows = hvd_tf.allgather(tf.constant(np.asarray(values, np.float32)[None]), name="kscale.gather")
         return rows.numpy()
 
+    def mean_over_workers(self, values: np.ndarray) -> np.ndarray:
+        hvd_tf = _optional.horovod_tensorflow()
+        return hvd_tf.allreduce(tf.constant(values), op=hvd_tf.Average, name="kscale.state").numpy()
+
     def average(self, values: list[float]) -> list[float]:
         hvd_tf = _optional.horovod_tensorflow()
         averaged = hvd_tf.allreduce(tf.constant(values, tf.float64), op=hvd_tf.Average, name="kscale.average")

@@ -116,6 +116,9 @@ class JaxBackend(Keras3Backend):
         # This process's own shard of each (replicated) variable: no transfer between processes.
         return [np.asarray(v.value.addressable_data(0)) for v in variables]
 
+    def agree_on_state(self, variables: list) -> None:
+        """Nothing to do: every step computes batch statistics over the global batch, on every process."""
+
     def barrier(self) -> None:
         if self.num_workers > 1:
             from jax.experimental import multihost_utils

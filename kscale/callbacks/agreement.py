@@ -13,7 +13,8 @@ def _callback_class(callback_base: type) -> type:
     """A subclass of this Keras family's Callback (tf.keras or Keras 3), made once per family."""
 
     class AgreementCheck(callback_base):
-        """At every epoch end, stop every worker with RanksDivergedError if their weights differ."""
+        """At every epoch end, give every worker the workers' mean of the state each updates from its own
+        batches, then stop every worker with RanksDivergedError if their weights differ."""
 
         def __init__(self, backend: Any):
             super().__init__()
@@ -21,10 +22,17 @@ def _callback_class(callback_base: type) -> type:
 
         def on_epoch_end(self, epoch, logs=None):
             weights = _weights_without_metric_states(self.model)
+            # Batch normalization's moving statistics follow each worker's own batches: every worker
+            # takes their mean first (they are not the model diverging), as one model trained on all.
+            self._backend.agree_on_state([w for w in weights if not w.trainable and _is_float(w)])
             gathered = self._backend.gather(agreement.fingerprint(self._backend.local_values(weights)))
             agreement.check(gathered, [getattr(w, "path", None) or w.name for w in weights], epoch)
 
     return AgreementCheck
+
+
+def _is_float(variable: Any) -> bool:
+    return "float" in str(getattr(variable.dtype, "name", variable.dtype))
 
 
 def _weights_without_metric_states(model: Any) -> list:
