@@ -197,9 +197,10 @@ def checked_steps(steps: int | None, available: int | None, request: FeedRequest
 def unknown_length(what: str) -> DataError:
     return DataError(
         f"the length of the {what} is unknown, so kscale cannot give every worker the same number of steps "
-        "(an uneven split would leave workers waiting for each other forever). Pass steps_per_epoch "
-        "(validation_steps / steps), or declare the length with "
-        "dataset.apply(tf.data.experimental.assert_cardinality(n))."
+        "(an uneven split would leave workers waiting for each other forever). Declare the length with "
+        "dataset.apply(tf.data.experimental.assert_cardinality(n)), or repeat() the dataset and pass "
+        "steps_per_epoch (validation_steps / steps): without repeat(), Keras ends training when the data "
+        "runs out, after the first epoch."
     )
 
 

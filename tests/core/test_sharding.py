@@ -20,6 +20,7 @@ from kscale.sharding import (
     map_structure,
     one_process_feed,
     other_part,
+    unknown_length,
 )
 
 
@@ -158,3 +159,10 @@ def test_every_sample_refuses_input_it_cannot_pad():
     request = FeedRequest(8, False, None, "training data", "every_sample", Shard(0, 2), 1, True)
     with pytest.raises(DataError, match="every_sample"):
         every_sample_part(iter([]), None, None, request, EverySampleBatches, 1)
+
+
+def test_unknown_length_advice_names_both_ways_that_keep_training():
+    # Advice followed literally must train every epoch: steps without repeat() ends after the first.
+    message = str(unknown_length("training data"))
+    assert "assert_cardinality(n)" in message
+    assert "repeat() the dataset and pass steps_per_epoch" in message
