@@ -124,3 +124,66 @@ def is_fit_validation(evaluate_kwargs: dict) -> bool:
 def without_fit_validation_flag(evaluate_kwargs: dict) -> dict:
     """evaluate()'s arguments as a call of one's own takes them (a copy of the model has no cached data)."""
     return {k: v for k, v in evaluate_kwargs.items() if k != _FIT_VALIDATION_FLAG}
+
+
+def fix_keras3_multi_worker_fit(keras: Any) -> None:
+    """Make Keras 3's TensorFlow trainer run under MultiWorkerMirroredStrategy (keras-team/keras#20585).
+
+    Two private pieces of `keras.src.backend.tensorflow.trainer` fail with several workers, and Keras has no
+    public switch for either; each is corrected here, once per process, only when a Keras 3 multi_worker
+    backend starts (tests/keras3/test_keras3_private.py fails when a Keras release changes the code):
+
+    - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
+      `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors. The
+      symbolic build needs the batch's shapes only: the first local replica's batch is used instead.
+    - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
+      ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
+      where they have no dimension.
+    """
+    import importlib
+
+    trainer = importlib.import_module("keras.src.backend.tensorflow.trainer")
+    if getattr(trainer, "_kscale_multi_worker_fixed", False):
+        return
+    tf = trainer.tf
+    tree = trainer.tree
+    original_reduce = trainer.reduce_per_replica
+    in_multi_worker = trainer._collective_all_reduce_multi_worker
+
+    def reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
+        if in_multi_worker(strategy) and reduction in ("auto", "mean"):
+
+            def mean(value: Any) -> Any:
+                rank = (
+                    value.values[0].shape.rank
+                    if trainer._is_per_replica_instance(value)
+                    else value.shape.rank
+                )
+                return strategy.reduce("MEAN", value, axis=0 if rank else None)
+
+            return tree.map_structure(mean, values)
+        return original_reduce(values, strategy, reduction)
+
+    def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
+        if (
+            self._distribute_strategy is None
+            or iterator is None
+            or not in_multi_worker(self._distribute_strategy)
+        ):
+            return original_build(self, iterator=iterator, data_batch=data_batch)
+        strategy = self.distribute_strategy
+
+        def first_local(x: Any) -> Any:
+            distributed = isinstance(x, tf.distribute.DistributedValues)
+            return strategy.experimental_local_results(x)[0] if distributed else x
+
+        for _, _, it in iterator:
+            data_batch = tree.map_structure(first_local, next(it))
+            break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    original_build = trainer.TensorFlowTrainer._maybe_symbolic_build
+    trainer.reduce_per_replica = reduce_per_replica
+    trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    trainer._kscale_multi_worker_fixed = True

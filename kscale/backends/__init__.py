@@ -55,6 +55,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("mirrored", 2, ("tensorflow",), "kscale.backends.mirrored:MirroredBackend"),
     Entry("single", 2, ("tensorflow",), "kscale.backends.single:SingleBackend"),
     Entry("jax", 3, ("jax",), "kscale.backends.jax:JaxBackend"),
+    Entry("multi_worker", 3, ("tensorflow",), "kscale.backends.keras3_multi_worker:Keras3MultiWorkerBackend"),
     Entry("mirrored", 3, ("tensorflow",), "kscale.backends.keras3_mirrored:Keras3MirroredBackend"),
     Entry("single", 3, ("jax", "tensorflow", "torch"), "kscale.backends.keras3_single:Keras3SingleBackend"),
 )
@@ -65,15 +66,13 @@ _current: Backend | None = None
 #: What works instead, for the combinations that cannot (said in every refusal).
 _KERAS_3_MULTI_PROCESS = (
     "For several processes with a Keras 3 model use Keras 3 on JAX (KERAS_BACKEND=jax; `kscale run -np N "
-    "-- python train.py` starts the processes and kscale sets up keras.distribution), or lane B: "
-    "TensorFlow 2.18 with tf_keras (pip install 'kscale[tf218]', TF_USE_LEGACY_KERAS=1) for horovod and "
-    "multi_worker. In one process, the 'single' and (on TensorFlow) 'mirrored' backends train Keras 3."
+    "-- python train.py` starts the processes and kscale sets up keras.distribution) or on TensorFlow with "
+    "TF_CONFIG workers (`kscale run --engine tf -np N -- python train.py`: the 'multi_worker' backend). "
+    "In one process, the 'single' and (on TensorFlow) 'mirrored' backends train Keras 3."
 )
 _WHY_NOT = {
     ("horovod", 3): "Horovod cannot train Keras 3 models: with a Keras 3 optimizer it runs without error "
     "but never averages gradients, so the workers silently drift apart.",
-    ("multi_worker", 3): "TensorFlow's MultiWorkerMirroredStrategy fails in fit() with Keras 3 models "
-    "(keras-team/keras#20585).",
     ("jax", 2): "the jax backend trains Keras 3 models with keras.distribution; this is a tf.keras (Keras 2) "
     "model. Build it with Keras 3 (`import keras`, keras>=3, KERAS_BACKEND=jax), or use horovod / "
     "multi_worker for tf.keras.",

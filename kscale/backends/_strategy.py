@@ -17,10 +17,10 @@ import tensorflow as tf
 
 from kscale import _keras_private, data, sharding
 from kscale.backends import _replica_mean
-from kscale.backends.base import OneProcess
+from kscale.backends.base import OneProcess, log_value
 from kscale.callbacks import for_this_worker
 from kscale.environment import Environment, Launcher
-from kscale.errors import DataError
+from kscale.errors import BackendError, DataError
 
 
 class StrategyMixin:
@@ -162,6 +162,45 @@ class StrategyMixin:
         kinds = self.keras_module().callbacks
         everywhere = (kinds.TensorBoard, kinds.BackupAndRestore) if self.num_workers > 1 else ()
         return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
+
+
+class MultiWorker(StrategyMixin):
+    """`tf.distribute.MultiWorkerMirroredStrategy` across the processes TF_CONFIG (or SLURM) names, one or
+    more devices each (the same for tf.keras and Keras 3 on TensorFlow)."""
+
+    create_at_import = True  # TensorFlow accepts MultiWorkerMirroredStrategy only before its first op
+    # Saving reads variables that are synchronised on read, a collective: every worker saves, as
+    # TensorFlow requires; the chief's copy is kept, the others are written to scratch and deleted.
+    saves_are_collective = True
+
+    @classmethod
+    def detect(cls, env: Environment) -> bool:
+        return env.launcher in (Launcher.TF_CONFIG, Launcher.SLURM) and env.world_size > 1
+
+    def reduce_results(self, model: Any, logs: dict) -> dict:
+        """The metrics' results read from their states (summed over every replica of every worker when read
+        outside a replica), not the step's returned numbers: Keras 2 sums those over workers as well
+        ("auto" reduction is "sum" under MultiWorkerMirroredStrategy), which makes *_on_batch report N times
+        the loss and a precision above 1."""
+        results = model.get_metrics_result()
+        return {name: log_value(results[name]) if name in results else logs[name] for name in logs}
+
+    def make_strategy(self) -> tf.distribute.Strategy:
+        resolver = None
+        if self.env.launcher is Launcher.SLURM:
+            # TensorFlow's own resolver turns SLURM's node list into a cluster spec.
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        except RuntimeError as err:
+            if "program startup" not in str(err):
+                raise
+            raise BackendError(
+                "TensorFlow's MultiWorkerMirroredStrategy must be created before TensorFlow runs its first "
+                "operation, but a model or tensor already exists in this process. Put `import kscale` at "
+                "the top of your script, before building the model: kscale then sets the strategy up at "
+                "import time (it does so whenever TF_CONFIG names several workers)."
+            ) from err
 
 
 class OneHostMirrored(OneProcess, StrategyMixin):

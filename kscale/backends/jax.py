@@ -125,20 +125,6 @@ class JaxBackend(Keras3Backend):
 
             multihost_utils.sync_global_devices("kscale.barrier")
 
-    def user_callbacks(self, callbacks: list) -> list:
-        if self.num_workers > 1 and any(isinstance(cb, keras.callbacks.BackupAndRestore) for cb in callbacks):
-            # Every process runs it (saving is collective here) on the one backup folder: each creates the
-            # folder, writes the same metadata file and removes the folder at the end. The losers of those
-            # races raised alone, and the job then hung or aborted in a collective the others never joined.
-            raise BackendError(
-                "keras.callbacks.BackupAndRestore is not supported by kscale's jax backend across several "
-                "processes yet: every process would create, write and delete the one backup folder at once. "
-                "Save with keras.callbacks.ModelCheckpoint (kscale writes it once, with every process taking "
-                "part) and resume with model.load_weights(path) and fit(initial_epoch=...), or train in one "
-                "process."
-            )
-        return super().user_callbacks(callbacks)
-
     def evaluates_on_copy(self) -> bool:
         # Every step of Keras' evaluate across processes is a collective over equal batches: parts that
         # no batch divides would lose samples.

@@ -26,13 +26,12 @@ def default_engine() -> str:
     keras = frameworks.process_keras()
     if keras.generation == 3 and keras.backend == "jax":
         return "jax"
+    if keras.generation == 3 and keras.backend == "tensorflow" and not frameworks.legacy_keras_needed():
+        return "tf"  # TF_CONFIG workers: MultiWorkerMirroredStrategy (Horovod never averages Keras 3)
     if keras.generation == 3 and not frameworks.legacy_keras_needed():
         raise LaunchError(
-            f"Keras 3 on {keras.backend} trains in one process here (backends 'single' and, on TensorFlow, "
-            "'mirrored'): Horovod never averages Keras 3 gradients and MultiWorkerMirroredStrategy fails in "
-            "fit with Keras 3 (keras#20585). For several processes use KERAS_BACKEND=jax, or lane B "
-            "(TensorFlow 2.18 + tf_keras: pip install 'kscale[tf218]', TF_USE_LEGACY_KERAS=1); or name an "
-            "engine with --engine."
+            f"Keras 3 on {keras.backend} trains in one process here (the 'single' backend). For several "
+            "processes use KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow; or name an engine with --engine."
         )
     return "horovod" if frameworks.is_installed("horovod") else "tf"
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.conformance import harness
+
 TOLERANCE = 1e-5
 #: Records that only the chief holds (what it alone wrote): compared with the reference, not across ranks.
 CHIEF_ONLY_PREFIX = "chief_"
@@ -64,7 +66,8 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int, way: str
     expected_error = getattr(module, "EXPECT_ERROR_WHEN_DISTRIBUTED", None)
     if ranks > 1:
         expected_error = expected_error or getattr(module, "EXPECT_ERROR_WITH_WORKERS", None)
-    expected_error = expected_error or getattr(module, "EXPECT_ERROR_UNDER", {}).get(way)
+    under = getattr(module, "EXPECT_ERROR_UNDER", {})  # by way, or by "family/way"
+    expected_error = expected_error or under.get(f"{harness.FAMILY}/{way}") or under.get(way)
     if expected_error:  # every distributed run trains 2 replicas
         for rank, result in enumerate(results):
             assert result["error"] and result["kscale_error"], (

@@ -46,7 +46,7 @@ def lane_ways() -> list[str]:
     if harness.FAMILY == "keras2":
         has_horovod = (BIN / "horovodrun").exists()
         return (["horovod"] if has_horovod else []) + ["multi_worker", "mirrored"]
-    return ["jax"] if harness.FAMILY == "keras3-jax" else ["mirrored"]
+    return ["jax"] if harness.FAMILY == "keras3-jax" else ["mirrored", "multi_worker"]
 
 
 def _programs_of_this_lane() -> list[str]:

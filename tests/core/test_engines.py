@@ -70,11 +70,17 @@ def test_default_engine_is_what_the_stack_runs_with_several_processes(
     assert engines.default_engine() == engine
 
 
-def test_keras_3_on_tensorflow_has_no_multi_process_engine(monkeypatch):
+def test_keras_3_on_tensorflow_launches_tf_config_workers(monkeypatch):
     monkeypatch.setattr(engines.frameworks, "process_keras", lambda: KerasInfo(3, "tensorflow"))
+    monkeypatch.setattr(engines.frameworks, "legacy_keras_needed", lambda: False)
+    monkeypatch.setattr(engines.frameworks, "is_installed", lambda package: True)  # never Horovod for Keras 3
+    assert engines.default_engine() == "tf"
+
+
+def test_keras_3_on_torch_has_no_multi_process_engine(monkeypatch):
+    monkeypatch.setattr(engines.frameworks, "process_keras", lambda: KerasInfo(3, "torch"))
     monkeypatch.setattr(engines.frameworks, "legacy_keras_needed", lambda: False)
     with pytest.raises(LaunchError) as err:
         engines.default_engine()
     message = str(err.value)
-    assert "never averages Keras 3 gradients" in message and "keras#20585" in message
-    assert "KERAS_BACKEND=jax" in message and "kscale[tf218]" in message
+    assert "Keras 3 on torch trains in one process here" in message and "KERAS_BACKEND=jax" in message

@@ -193,15 +193,24 @@ def test_a_pydataset_is_cut_into_equal_shards(distribute_as_worker):
 
 # -- what cannot work is refused, with what works instead -------------------------------------------------------
 @pytest.mark.usefixtures("single_process")
-@pytest.mark.parametrize(
-    ("backend", "reason"),
-    [("horovod", "never averages gradients"), ("multi_worker", "keras-team/keras#20585")],
-)
-def test_keras_3_with_horovod_or_multi_worker_is_refused(backend, reason):
+def test_keras_3_with_horovod_is_refused():
     with pytest.raises(BackendError) as err:
-        kscale.distribute(tiny_model(), backend=backend)
+        kscale.distribute(tiny_model(), backend="horovod")
     message = str(err.value)
-    assert reason in message and "KERAS_BACKEND=jax" in message and "kscale[tf218]" in message
+    assert "never averages gradients" in message and "KERAS_BACKEND=jax" in message
+    assert "kscale run --engine tf" in message
+
+
+@pytest.mark.usefixtures("single_process")
+def test_multi_worker_runs_keras_3_on_tensorflow_and_refuses_it_on_jax():
+    from kscale import backends
+
+    if KERAS_BACKEND == "tensorflow":
+        assert backends.resolve("multi_worker").__name__ == "Keras3MultiWorkerBackend"
+        return
+    with pytest.raises(BackendError) as err:
+        kscale.distribute(tiny_model(), backend="multi_worker")
+    assert "does not run a Keras 3 (jax) model (it runs on: tensorflow" in str(err.value)
 
 
 def test_a_keras_3_model_under_horovodrun_is_refused_not_trained_alone(monkeypatch, clean_launcher_env):

@@ -85,3 +85,25 @@ def test_fit_validates_through_evaluate_with_the_flag_kscale_reads():
     model.evaluate(x, y, verbose=0)
     assert seen == [True, False]
     assert _keras_private.without_fit_validation_flag({"x": 1, "_use_cached_eval_dataset": True}) == {"x": 1}
+
+
+def test_the_keras_3_multi_worker_fixes_still_find_the_code_they_correct():
+    # keras-team/keras#20585: if a Keras release rewrites these, the fixes in _keras_private must follow.
+    if keras.config.backend() != "tensorflow":  # the trainer corrected is TensorFlow's: not in this lane
+        import importlib.util
+
+        assert importlib.util.find_spec("tensorflow") is None
+        return
+    import inspect
+
+    from keras.src.backend.tensorflow import trainer
+
+    build = inspect.getsource(trainer.TensorFlowTrainer._maybe_symbolic_build)
+    assert (
+        "self.distribute_strategy.reduce(" in build and "self._symbolic_build(data_batch=data_batch)" in build
+    )
+    reduce = inspect.getsource(trainer.reduce_per_replica)
+    assert 'strategy.reduce("MEAN", v, axis=0)' in reduce
+    assert callable(trainer._collective_all_reduce_multi_worker) and callable(
+        trainer._is_per_replica_instance
+    )

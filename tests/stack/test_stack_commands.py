@@ -9,7 +9,7 @@ import pytest
 
 from kscale import frameworks
 
-from .conftest import BIN, HAS_HOROVOD, KERAS, kscale_run
+from .conftest import BIN, HAS_HOROVOD, kscale_run
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
 
@@ -23,12 +23,8 @@ def _result(output: str) -> dict:
 
 def test_the_lstm_example_runs_unchanged_on_two_replicas(launch, tmp_path):
     report = ["--report", str(tmp_path / "r.{rank}.json")]
-    if KERAS.generation == 3 and KERAS.backend == "tensorflow":  # this lane trains in one process
-        done = launch([sys.executable, *LSTM, *report, "--backend", "mirrored", "--cpu-devices", "2"])
-        ranks = 1
-    else:
-        done = launch([BIN / "kscale", "run", "-np", "2", "--", sys.executable, *LSTM, *report])
-        ranks = 2
+    done = launch([BIN / "kscale", "run", "-np", "2", "--", sys.executable, *LSTM, *report])
+    ranks = 2
     assert done.returncode == 0, done.stdout[-6000:]
     assert done.stdout.count("kscale plan") == 1  # printed once, by rank 0
     result = _result(done.stdout)

@@ -1,0 +1,53 @@
+"""Several processes, each on its own devices, Keras 3 on TensorFlow: `MultiWorkerMirroredStrategy`.
+
+Keras 3's TensorFlow trainer fails in fit under this strategy (keras-team/keras#20585): kscale corrects the
+two places where, in kscale._keras_private, when this backend starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from kscale import _keras_private, sharding
+from kscale.backends._keras3 import Keras3Backend
+from kscale.backends._strategy import MultiWorker, sum_over_replicas
+
+
+class Keras3MultiWorkerBackend(MultiWorker, Keras3Backend):
+    name = "multi_worker"
+    # Evaluation runs on each worker's copy of the model, metric states summed (`evaluates_on_copy`).
+    uneven_evaluation = True
+
+    def setup(self) -> None:
+        _keras_private.fix_keras3_multi_worker_fit(keras)
+        super().setup()
+
+    def user_callbacks(self, callbacks: list) -> list:
+        # Keras 3's callbacks write with plain file operations: the chief's alone (not TensorFlow's
+        # collective writers, which every tf.keras worker runs).
+        return Keras3Backend.user_callbacks(self, callbacks)
+
+    def evaluates_on_copy(self) -> bool:
+        # Keras 3's evaluate under the strategy takes equal batches from every replica: parts that no
+        # batch divides would lose samples (as under MirroredStrategy, where it fails on them).
+        return True
+
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
+        if request.evaluation:  # the copy takes this worker's part as one process does
+            return Keras3Backend.feed(self, x, y, sample_weight, request)
+        return super().feed(x, y, sample_weight, request)
+
+    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
+        """Each metric state of this worker's copy summed over workers (Keras' default aggregation)."""
+        values = [np.asarray(v.numpy()) for v in variables]
+        sums = sum_over_replicas(self.strategy, values, every=self.replicas_per_worker)
+        return [
+            total / self.num_workers if getattr(v, "aggregation", "sum") == "mean" else total
+            for v, total in zip(variables, sums)
+        ]
+
+    def averaged_numbers(self, values: list[float]) -> list[float]:
+        return [float(v) for v in self.mean_over_workers(np.asarray(values, np.float64))]
