@@ -27,7 +27,7 @@ from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
-from kscale.sharding import FeedRequest, Shard, is_array_data, split_validation
+from kscale.sharding import FeedRequest, Shard, flatten, is_array_data, split_validation
 
 _KERAS_DEFAULT_BATCH = 32
 _STATE = "_kscale_state"
@@ -391,12 +391,26 @@ def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
 def _train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' train_on_batch on the batch this worker passes; the returned numbers are averaged over workers."""
     _print_plan_once(self)
-    return _averaged(self, "train_on_batch", _arguments(self, "train_on_batch", args, kwargs))
+    a = _arguments(self, "train_on_batch", args, kwargs)
+    _state(self).backend.check_batch(_batch_arrays(a))
+    return _averaged(self, "train_on_batch", a)
+
+
+def _batch_arrays(arguments: dict) -> list:
+    """The arrays of a *_on_batch call's x, y and sample_weight."""
+    arrays: list = []
+    for name in ("x", "y", "sample_weight"):
+        value = arguments.get(name)
+        if value is not None:
+            arrays.extend(flatten(value))
+    return arrays
 
 
 def _test_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' test_on_batch on the batch this worker passes, averaged over workers."""
-    return _averaged(self, "test_on_batch", _arguments(self, "test_on_batch", args, kwargs))
+    a = _arguments(self, "test_on_batch", args, kwargs)
+    _state(self).backend.check_batch(_batch_arrays(a))
+    return _averaged(self, "test_on_batch", a)
 
 
 def _save(self, filepath: Any, *args: Any, **kwargs: Any) -> None:

@@ -213,6 +213,10 @@ class Backend(abc.ABC):
         evaluate on a copy of it."""
         return self.reduce_results(model, keras_evaluate(**arguments))
 
+    def check_batch(self, arrays: list) -> None:
+        """train_on_batch / test_on_batch: a ModelError or DataError where this backend cannot take the
+        batch each worker passes as that worker's share of the step. Nothing here."""
+
     def agree_on_state(self, variables: list) -> None:
         """Give every worker the workers' mean of each of `variables`: state that each updates from its own
         batches and no gradient averaging reaches (batch normalization's moving statistics). One collective

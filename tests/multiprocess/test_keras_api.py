@@ -104,4 +104,6 @@ def test_two_horovod_workers(horovodrun, tmp_path):
 @pytest.mark.timeout(300)
 def test_two_tf_config_workers(tf_config_workers, tmp_path):
     tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
-    _check(tmp_path, ranks=2, replicas=2, chief_writes_everything=False)
+    results = _check(tmp_path, ranks=2, replicas=2, chief_writes_everything=False)
+    for result in results:  # a batch per rank would train on parts of each: a DataError on every rank
+        assert all(result["models"][kind]["per_rank_batches_refused"] for kind in KINDS)

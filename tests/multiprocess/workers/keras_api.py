@@ -127,7 +127,15 @@ for kind in ("sequential", "functional", "subclassed"):
     )
     distributed.compile(optimizer=tf.keras.optimizers.Adam(0.001), loss="mse", metrics=["mae"])
     r["learning_rate_after_compile"] = float(distributed.optimizer.learning_rate.numpy())
-    mine = slice(8 * rank, 8 * rank + 8)  # under Horovod each rank passes its own batch
+    # Under Horovod each rank passes its own batch; tf.keras' multi_worker takes the global batch, the
+    # same on every rank, and refuses a batch per rank (it would train on parts of each).
+    mine = slice(0, 8) if mode == "multi_worker" else slice(8 * rank, 8 * rank + 8)
+    if mode == "multi_worker":
+        try:
+            distributed.train_on_batch(x[8 * rank : 8 * rank + 8], y[8 * rank : 8 * rank + 8])
+            r["per_rank_batches_refused"] = False
+        except kscale.DataError:
+            r["per_rank_batches_refused"] = True
     before_batch = distributed.get_weights()
     r["train_on_batch"] = distributed.train_on_batch(x[mine], y[mine], return_dict=True)
     r["test_on_batch"] = distributed.test_on_batch(x[mine], y[mine], return_dict=True)
@@ -140,7 +148,7 @@ for kind in ("sequential", "functional", "subclassed"):
     clone.set_weights(distributed.get_weights())
     r["clone_matches"] = type(clone) is type(model) and outputs_match(clone, distributed, x)
     # What one process reports for every rank's batch together: the *_on_batch numbers must be these.
-    everyone = slice(0, 8 * kscale.size())
+    everyone = slice(0, 8) if mode == "multi_worker" else slice(0, 8 * kscale.size())
     plain = tf.keras.models.clone_model(distributed)
     if kind == "subclassed":
         plain(x[:1])
