@@ -39,7 +39,7 @@ def _assert_resumed(workdir, ranks: int, uninterrupted: dict) -> None:
     with open(os.path.join(workdir, "backed_up.0.json")) as f:
         backed_up = json.load(f)  # the chief's weights and optimizer state when its backup was written
     for rank, result in enumerate(results):
-        # Every rank resumed from exactly what the killed chief backed up: weights, step, momentum.
+        # Every rank resumed from exactly what the killed chief backed up: its weights and step count.
         for part in ("weights", "optimizer"):
             assert _max_diff(result["restored"][part], backed_up[part]) == 0.0, f"rank {rank}: {part}"
         assert result["epochs"] == [2, 3], f"rank {rank} ran epochs {result['epochs']}"
