@@ -26,7 +26,7 @@ LOSS_SCALE = 256.0
 
 
 def build(seed: int) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(seed)
+    kscale.set_seed(seed)
     model = tf.keras.Sequential(
         [
             tf.keras.layers.Dense(8, activation="tanh", input_shape=(5,)),

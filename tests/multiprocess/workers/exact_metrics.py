@@ -58,7 +58,7 @@ class CountPredicted(tf.keras.callbacks.Callback):
         self.samples += len(np.asarray(logs["outputs"]))
 
 
-tf.keras.utils.set_random_seed(1 if rank == 0 else 7)  # Horovod's rank 1 differs until the broadcast
+kscale.set_seed(1 if rank == 0 else 7)  # Horovod's rank 1 differs until the broadcast
 model = tf.keras.Sequential([tf.keras.layers.Dense(1, activation="sigmoid", input_shape=(4,))])
 compile_(model)
 model = kscale.distribute(model, print_plan=False, **options)

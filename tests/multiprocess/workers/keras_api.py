@@ -54,7 +54,7 @@ class TwoLayers(tf.keras.Model):
 
 
 def build(kind):
-    tf.keras.utils.set_random_seed(1 if rank == 0 else 99)  # ranks differ until distribute() syncs them
+    kscale.set_seed(1 if rank == 0 else 99)  # ranks differ until distribute() syncs them
     if kind == "sequential":
         return tf.keras.Sequential(
             [tf.keras.layers.Dense(4, activation="tanh", input_shape=(3,)), tf.keras.layers.Dense(1)]

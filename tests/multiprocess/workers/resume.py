@@ -36,7 +36,7 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(SAMPLES, 5)).astype("float32")
 y = (x @ rng.normal(size=(5, 1)) + 0.1).astype("float32")
 
-tf.keras.utils.set_random_seed(1 if rank == 0 else 99)  # Horovod's rank 1 differs: restore/broadcast fix it
+kscale.set_seed(1 if rank == 0 else 99)  # Horovod's rank 1 differs: restore/broadcast fix it
 model = tf.keras.Sequential(
     [tf.keras.layers.Dense(8, activation="tanh", input_shape=(5,)), tf.keras.layers.Dense(1)]
 )
