@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kscale.bench import runner
+from kscale.bench import runner, suite
 from kscale.cli.bench import bench_command_parser, plan_from
 from kscale.errors import KScaleError
 
@@ -26,7 +26,8 @@ def test_quick_full_gpu_and_user_model_plans(tmp_path):
     assert full.models == ("mlp", "lstm", "cnn", "bert") and full.repeats == 2 and full.knobs == ()
     assert _plan("--backends", "single", gpus=4).workers == (1, 2, 3, 4)
     assert _plan("--backends", "single", "--workers", "4").workers == (1, 4)  # efficiency needs one worker
-    assert len(_plan("--backends", "single", "--knobs").knobs) == 6
+    assert _plan("--backends", "single", "--knobs").knobs == suite.KNOB_LABELS  # no value: every knob
+    assert "agreement check off" in suite.KNOB_LABELS
     model = tmp_path / "model.py"
     model.write_text("def build():\n    pass\n")
     user = _plan("--model", f"{model}:build", "--backends", "single")
