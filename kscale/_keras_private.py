@@ -6,6 +6,8 @@ one fails there, loudly, instead of somewhere inside fit().
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -58,6 +60,14 @@ def callback_hook_flags(callback: Any) -> dict[str, Any]:
         "test_batch_hooks": callback._implements_test_batch_hooks,
         "predict_batch_hooks": callback._implements_predict_batch_hooks,
     }
+
+
+def backup_files(backup: Any) -> tuple[str, ...]:
+    """The files Keras 3's BackupAndRestore restores from: its weights and its training metadata (the
+    epoch to resume at), and the previous pair kept with double_checkpoint. Keras names them in
+    `__init__` and exposes only the folder; kscale checks that every process of a job sees the same ones."""
+    names = ("_weights_path", "_training_metadata_path", "_prev_weights_path", "_prev_training_metadata_path")
+    return tuple(getattr(backup, name) for name in names)
 
 
 def clone_uncompiled(keras: Any, model: Any) -> Any:
@@ -126,12 +136,13 @@ def without_fit_validation_flag(evaluate_kwargs: dict) -> dict:
     return {k: v for k, v in evaluate_kwargs.items() if k != _FIT_VALIDATION_FLAG}
 
 
-def fix_keras3_multi_worker_fit(keras: Any) -> None:
-    """Make Keras 3's TensorFlow trainer run under MultiWorkerMirroredStrategy (keras-team/keras#20585).
+@contextlib.contextmanager
+def keras3_multi_worker_fixed() -> Iterator[None]:
+    """Keras 3's TensorFlow trainer corrected to run under MultiWorkerMirroredStrategy (keras-team/keras#20585),
+    for the time of the `with` block only; Keras' own code is back in place after it.
 
     Two private pieces of `keras.src.backend.tensorflow.trainer` fail with several workers, and Keras has no
-    public switch for either; each is corrected here, once per process, only when a Keras 3 multi_worker
-    backend starts (tests/keras3/test_keras3_private.py fails when a Keras release changes the code):
+    public switch for either (tests/keras3/test_keras3_private.py fails when a Keras release changes them):
 
     - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
       `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors. The
@@ -139,15 +150,20 @@ def fix_keras3_multi_worker_fit(keras: Any) -> None:
     - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
       ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
       where they have no dimension.
+
+    Both corrections leave any other strategy to Keras' own code. The step functions Keras traces inside
+    the block keep the corrected reduction; nested blocks are one.
     """
     import importlib
 
     trainer = importlib.import_module("keras.src.backend.tensorflow.trainer")
     if getattr(trainer, "_kscale_multi_worker_fixed", False):
+        yield
         return
     tf = trainer.tf
     tree = trainer.tree
     original_reduce = trainer.reduce_per_replica
+    original_build = trainer.TensorFlowTrainer._maybe_symbolic_build
     in_multi_worker = trainer._collective_all_reduce_multi_worker
 
     def reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
@@ -183,7 +199,12 @@ def fix_keras3_multi_worker_fit(keras: Any) -> None:
         with self.distribute_strategy.scope():
             self._symbolic_build(data_batch=data_batch)
 
-    original_build = trainer.TensorFlowTrainer._maybe_symbolic_build
     trainer.reduce_per_replica = reduce_per_replica
     trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
     trainer._kscale_multi_worker_fixed = True
+    try:
+        yield
+    finally:
+        trainer.reduce_per_replica = original_reduce
+        trainer.TensorFlowTrainer._maybe_symbolic_build = original_build
+        trainer._kscale_multi_worker_fixed = False

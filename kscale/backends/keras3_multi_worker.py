@@ -1,14 +1,15 @@
 """Several processes, each on its own devices, Keras 3 on TensorFlow: `MultiWorkerMirroredStrategy`.
 
 Keras 3's TensorFlow trainer fails in fit under this strategy (keras-team/keras#20585): kscale corrects the
-two places where, in kscale._keras_private, when this backend starts.
+two places where, in kscale._keras_private, while this backend runs Keras' fit, *_on_batch and predict.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
-import keras
 import numpy as np
 
 from kscale import _keras_private, sharding
@@ -21,9 +22,14 @@ class Keras3MultiWorkerBackend(MultiWorker, Keras3Backend):
     # Evaluation runs on each worker's copy of the model, metric states summed (`evaluates_on_copy`).
     uneven_evaluation = True
 
-    def setup(self) -> None:
-        _keras_private.fix_keras3_multi_worker_fit(keras)
-        super().setup()
+    def keras_steps(self) -> contextlib.AbstractContextManager:
+        return _keras_private.keras3_multi_worker_fixed()
+
+    def predict(
+        self, model: Any, method: str, keras_method: Callable[..., Any], arguments: dict, options: Any
+    ) -> Any:
+        with _keras_private.keras3_multi_worker_fixed():
+            return super().predict(model, method, keras_method, arguments, options)
 
     def user_callbacks(self, callbacks: list) -> list:
         # Keras 3's callbacks write with plain file operations: the chief's alone (not TensorFlow's
