@@ -16,10 +16,10 @@ HAS_HOROVOD = frameworks.is_installed("horovod")
 def lane_backends() -> list[str]:
     """The ways this lane trains on two replicas, each launched as a user would."""
     if KERAS.generation == 2:
-        return (["horovod"] if HAS_HOROVOD else []) + ["multi_worker", "mirrored"]
+        return (["horovod"] if HAS_HOROVOD else []) + ["multi_worker", "multi_worker_2x2", "mirrored"]
     if KERAS.backend == "jax":
         return ["jax_processes", "jax_devices", "jax_rebuilt"]
-    return ["mirrored"]
+    return ["mirrored", "multi_worker", "multi_worker_2x2"]
 
 
 def kscale_run(engine: str, n: int, *command: str) -> list[str]:
