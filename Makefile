@@ -107,8 +107,10 @@ test-b: $(LANE_B)/.ready
 test-jax: $(LANE_JAX)/.ready
 	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
 
+# Lane C on TensorFlow also trains across two hosts (network namespaces, as root): Keras 3's multi_worker.
 test-tf221: $(LANE_TF)/.ready
-	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
+	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
+	  tests/multihost/test_multihost.py
 
 test-fast: venv
 	$(PY) $(PYTEST) -m "not multiprocess" --ignore=tests/keras3

@@ -48,8 +48,11 @@ MEMLOCK_FIX = (
 )
 
 
-def controller(facts: Facts) -> str:
-    """The controller the launch will use: the one asked for, else Horovod's default (MPI if built)."""
+def controller(facts: Facts) -> str | None:
+    """Horovod's controller for the launch: the one asked for, else Horovod's default (MPI if built); None
+    where another engine runs the job (TF_CONFIG workers or JAX processes connect without one)."""
+    if facts.intent.engine != "horovod":
+        return None
     if facts.intent.controller:
         return facts.intent.controller
     if facts.build is not None and facts.build.mpi:
@@ -93,7 +96,7 @@ def check_horovod_build(facts: Facts) -> list[Finding]:
         )
     ]
     wanted = controller(facts)
-    if not getattr(build, wanted):
+    if wanted is not None and not getattr(build, wanted):
         flag = (
             "HOROVOD_WITH_GLOO=1 (needs cmake)" if wanted == "gloo" else "HOROVOD_WITH_MPI=1 (needs mpicxx)"
         )
@@ -188,6 +191,8 @@ def check_hostname(facts: Facts) -> list[Finding]:
             ]
         return [Finding(Level.OK, "hostname", f"{name!r} resolves to {', '.join(addresses) or '?'}")]
     if controller(facts) != "gloo":
+        # TensorFlow's and JAX's servers listen on every address and connect to the names the launch
+        # lists (TF_CONFIG, the coordinator address): the host's own name plays no part.
         return [Finding(Level.OK, "hostname", f"{name!r} resolves to {', '.join(addresses) or '?'}")]
     gloo_error = (
         "Horovod 0.28.1 with Gloo ignores HOROVOD_GLOO_IFACE for its process-set context and listens on "

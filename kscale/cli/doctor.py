@@ -52,7 +52,7 @@ def doctor_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
-def intent_from_args(args: argparse.Namespace) -> Intent:
+def intent_from_args(args: argparse.Namespace, engine: str = "horovod") -> Intent:
     hosts = (
         parse_host_list(args.hosts) if args.hosts else parse_hostfile(args.hostfile) if args.hostfile else []
     )
@@ -70,6 +70,7 @@ def intent_from_args(args: argparse.Namespace) -> Intent:
         ssh_port=args.ssh_port,
         ssh_identity_file=args.ssh_identity_file,
         nics=nics,
+        engine=engine,
     )
 
 
@@ -112,12 +113,12 @@ def _engine(chosen: str | None) -> tuple[str | None, checks.Finding]:
 
 def doctor_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
     """Gather, check, print; exit status 1 when a launch would fail. `build` fakes the probe in tests."""
+    engine, engine_finding = _engine(args.engine)
     try:
-        intent = intent_from_args(args)
+        intent = intent_from_args(args, engine or "horovod")
     except KScaleError as err:
         print(f"kscale doctor: error: {err}", file=sys.stderr)
         return 2
-    engine, engine_finding = _engine(args.engine)
     if engine == "horovod":
         build = build or probe_build(gpus=True)
     else:

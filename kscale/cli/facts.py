@@ -121,6 +121,8 @@ class Intent:
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
     nics: tuple[str, ...] = ()
+    #: The engine that will run the job (kscale.cli.engines): Gloo's and MPI's needs are Horovod's only.
+    engine: str = "horovod"
 
 
 @dataclasses.dataclass(frozen=True)
