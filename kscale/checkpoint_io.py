@@ -64,6 +64,11 @@ def _gfile(path: str = "") -> Any:
     return _LocalFiles
 
 
+def exists(path: str) -> bool:
+    """Whether `path` exists, on any file system Keras writes to (tf.io.gfile's where TensorFlow is)."""
+    return bool(_gfile(path).exists(path))
+
+
 def split(filepath: str) -> tuple[str, str]:
     """(folder, name) of a local path or a URL, without touching the file system.
 

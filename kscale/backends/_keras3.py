@@ -19,7 +19,7 @@ from kscale import _keras_private, sharding
 from kscale import learning_rate_keras3 as lr_lib
 from kscale.backends.base import Backend, results_from_states
 from kscale.callbacks import for_this_worker
-from kscale.errors import BackendError, ModelError, OptionError
+from kscale.errors import ModelError, OptionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,18 +197,18 @@ class Keras3Backend(Backend):
         return sharding.one_process_feed(worker_part(x, y, sample_weight, request), request)
 
     def user_callbacks(self, callbacks: list) -> list:
-        if self.num_workers > 1 and any(isinstance(cb, keras.callbacks.BackupAndRestore) for cb in callbacks):
-            # Keras 3's BackupAndRestore knows one process only: every process creates the one backup
-            # folder, writes the same metadata file and removes the folder at the end. The losers of those
-            # races raised alone, and the job then hung or aborted in a collective the others never joined.
-            raise BackendError(
-                f"keras.callbacks.BackupAndRestore is not supported by kscale's {self.name} backend for Keras 3 "
-                "across several processes yet: every process would create, write and delete the one backup "
-                "folder at once. Save with keras.callbacks.ModelCheckpoint (kscale writes it once, with every "
-                "process taking part) and resume with model.load_weights(path) and fit(initial_epoch=...), or "
-                "train in one process."
-            )
-        return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types())
+        callbacks = for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types())
+        if self.num_workers == 1:
+            return callbacks
+        # Keras 3's BackupAndRestore knows one process only: every process restores, the chief writes.
+        from kscale.callbacks.shared_backup import SharedBackup
+
+        return [
+            SharedBackup(cb, self.is_chief, self.gather, self.barrier)
+            if isinstance(cb, keras.callbacks.BackupAndRestore)
+            else cb
+            for cb in callbacks
+        ]
 
 
 def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:

@@ -107,3 +107,28 @@ def test_the_keras_3_multi_worker_fixes_still_find_the_code_they_correct():
     assert callable(trainer._collective_all_reduce_multi_worker) and callable(
         trainer._is_per_replica_instance
     )
+
+
+def test_the_keras_3_multi_worker_fixes_hold_only_inside_their_block():
+    if keras.config.backend() != "tensorflow":
+        return  # the guard above shows this lane has no TensorFlow
+    from keras.src.backend.tensorflow import trainer
+
+    def current():
+        return trainer.reduce_per_replica, trainer.TensorFlowTrainer._maybe_symbolic_build
+
+    keras_own = current()
+    with _keras_private.keras3_multi_worker_fixed():
+        fixed = current()
+        assert fixed[0] is not keras_own[0] and fixed[1] is not keras_own[1]
+        with _keras_private.keras3_multi_worker_fixed():  # nested (fit validating): the same fixes
+            assert current() == fixed
+        assert current() == fixed
+    assert current() == keras_own
+
+
+def test_keras_3_backup_and_restore_still_names_its_files(tmp_path):
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), double_checkpoint=True)
+    files = _keras_private.backup_files(backup)
+    assert len(files) == 4 and all(str(f).startswith(str(tmp_path / "backup")) for f in files)
+    assert files[0].endswith(".weights.h5") and files[1].endswith(".json")

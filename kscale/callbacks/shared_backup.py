@@ -1,0 +1,97 @@
+"""Run Keras 3's BackupAndRestore in a job of several processes: every process restores, the chief writes."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+
+from kscale import _keras_private, checkpoint_io
+from kscale.errors import BackendError
+
+
+class SharedBackup(keras.callbacks.Callback):
+    """The user's `keras.callbacks.BackupAndRestore`, for every process of a job.
+
+    Keras 3's callback knows one process: run on every process, each would create, write and delete the
+    one backup folder at once. Here the user's object restores on every process (from the chief's backup,
+    which every process must see: a shared folder or a gs:// path) and writes on the chief alone. Every
+    other process runs a copy that writes to a folder of its own, deleted at the end: its
+    `model.save_weights` still takes part where saving is collective (JAX, tf.distribute), and kscale's
+    save keeps the chief's copy only.
+
+    `gather(values)`: every process's values, one row per process (the backend's); `barrier()`: the backend's.
+    """
+
+    def __init__(
+        self,
+        backup: Any,
+        is_chief: bool,
+        gather: Callable[[np.ndarray], np.ndarray],
+        barrier: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.backup = backup
+        self.is_chief = is_chief
+        self._gather = gather
+        self._barrier = barrier
+        self._scratch: str | None = None
+        self._writer = backup
+        if not is_chief:
+            self._scratch = tempfile.mkdtemp(prefix="kscale-backup-")
+            # Also when fit ends on an error (Keras then skips on_train_end).
+            weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+            self._writer = keras.callbacks.BackupAndRestore(
+                self._scratch,
+                save_freq=backup.save_freq,
+                double_checkpoint=getattr(backup, "double_checkpoint", False),
+                delete_checkpoint=True,
+            )
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        self.backup.set_model(model)
+        self._writer.set_model(model)
+
+    def set_params(self, params: Any) -> None:
+        super().set_params(params)
+        self.backup.set_params(params)
+        self._writer.set_params(params)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._check_every_process_sees_the_backup()
+        self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._writer.on_epoch_begin(epoch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._writer.on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._writer.on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        # The chief deletes the backup (delete_checkpoint) before any process leaves fit.
+        if self.is_chief:
+            self.backup.on_train_end(logs)
+        self._barrier()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _check_every_process_sees_the_backup(self) -> None:
+        paths = _keras_private.backup_files(self.backup)
+        seen = self._gather(np.asarray([checkpoint_io.exists(p) for p in paths], np.float32))
+        if not np.all(seen == seen[0]):
+            missing = [rank for rank, row in enumerate(seen) if not np.array_equal(row, seen[0])]
+            raise BackendError(
+                f"BackupAndRestore: the backup in {self.backup.backup_dir!r} is not the same for every "
+                f"process (process(es) {missing} see other files than process 0), so they would resume from "
+                "different epochs. Every process restores the chief's backup: put backup_dir on a file "
+                "system all of them see (a shared folder, or gs://...)."
+            )

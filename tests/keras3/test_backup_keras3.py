@@ -1,0 +1,117 @@
+"""Keras 3's BackupAndRestore across processes (TF_CONFIG workers on TensorFlow, JAX processes): a job
+killed after epoch 2 of 4 resumes at epoch 3, on the same number of processes or on another.
+
+On the same number the resumed weights equal one uninterrupted process at the same global batch and rate
+(SGD with momentum: the optimizer's own state must come back too). On another number every process
+restores exactly what the chief backed up and trains at the rate scaled for its own world.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kscale import environment
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
+
+KSCALE = Path(sys.executable).parent / "kscale"
+WORKER = Path(__file__).parent / "workers" / "resume.py"
+LR = 0.02  # the worker's rate per replica
+TOLERANCE = 1e-5
+
+
+def _launch(processes: int, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
+    command = [sys.executable, WORKER, *args]
+    if processes > 1:
+        command = [KSCALE, "run", "-np", str(processes), "--", *command]
+    return subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True, timeout=240)
+
+
+def _killed(processes: int, workdir: Path) -> None:
+    done = _launch(processes, "kscale", str(workdir), "--crash-after-epochs", "2")
+    assert done.returncode != 0 and "dying after epoch 2" in done.stdout, (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )
+    assert (workdir / "backup").exists()  # the chief's backup is there to resume from
+
+
+def _resumed(processes: int, workdir: Path) -> list[dict]:
+    done = _launch(processes, "kscale", str(workdir))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [json.loads((workdir / f"result.{rank}.json").read_text()) for rank in range(processes)]
+
+
+def _max_diff(a: list, b: list) -> float:
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    done = _launch(1, "reference", str(workdir))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((workdir / "result.0.json").read_text())
+
+
+def _assert_restored_the_chiefs_backup(results: list[dict], workdir: Path) -> None:
+    backed_up = json.loads((workdir / "backed_up.0.json").read_text())
+    for rank, result in enumerate(results):
+        for part in ("weights", "optimizer"):
+            assert _max_diff(result["restored"][part], backed_up[part]) == 0.0, f"rank {rank}: {part}"
+        assert result["epochs"] == [2, 3], f"rank {rank} ran epochs {result['epochs']}"
+        assert _max_diff(result["final"], results[0]["final"]) == 0.0, f"rank {rank} differs from rank 0"
+    assert not (workdir / "backup").exists()  # deleted when training ended
+
+
+def test_two_processes_resume_like_one_uninterrupted_process(uninterrupted, tmp_path):
+    _killed(2, tmp_path)
+    results = _resumed(2, tmp_path)
+    _assert_restored_the_chiefs_backup(results, tmp_path)
+    for rank, result in enumerate(results):
+        # 64 samples at global batch 8: 8 steps an epoch; 16 came back with the backup, 16 were run.
+        assert result["iterations"] == uninterrupted["iterations"] == 32, f"rank {rank}"
+        assert result["learning_rate"] == pytest.approx(2 * LR)
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, f"rank {rank}"
+    assert uninterrupted["epochs"] == [0, 1, 2, 3]
+
+
+def test_a_backup_of_one_process_resumes_on_two_at_their_rate(tmp_path):
+    _killed(1, tmp_path)  # one process: batch 4, rate 0.02, 16 steps an epoch
+    results = _resumed(2, tmp_path)
+    _assert_restored_the_chiefs_backup(results, tmp_path)
+    for result in results:
+        assert result["restored"]["learning_rate"] == pytest.approx(2 * LR)  # scaled for 2, not 0.02
+        assert result["learning_rate"] == pytest.approx(2 * LR)
+        assert result["iterations"] == 2 * 16 + 2 * 8
+
+
+def test_a_backup_only_the_chief_sees_stops_every_process(tmp_path):
+    """Every process restores the chief's backup: one that cannot see it must not start from epoch 0."""
+    _killed(2, tmp_path)
+    # As on hosts without a shared folder: process 1's backup folder is its own, and empty.
+    script = tmp_path / "a_folder_per_process.py"
+    script.write_text(
+        "import runpy, sys, kscale\n"
+        f"folder = {str(tmp_path / 'backup')!r} if kscale.rank() == 0 else {str(tmp_path / 'elsewhere')!r}\n"
+        f"sys.argv = [{str(WORKER)!r}, 'kscale', {str(tmp_path)!r}, '--backup-dir', folder]\n"
+        f"runpy.run_path({str(WORKER)!r}, run_name='__main__')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
+    done = subprocess.run(
+        [str(KSCALE), "run", "-np", "2", "--", sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output[-3000:]
+    assert "is not the same for every process" in output and "(process(es) [1]" in output, output[-3000:]
