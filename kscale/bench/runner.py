@@ -30,7 +30,14 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 #: trained in turn with the hand-written script's in one job.
 TIMELINE, IN_TURN = "timeline", "in turn"
 #: Backend -> the hand-written script that does the same without kscale.
-HAND_WRITTEN = {"single": "keras", "mirrored": "tf", "horovod": "horovod", "multi_worker": "tf"}
+#: ("tf" under Keras 3's multi_worker: TensorFlow's custom training loop, as Keras 3's fit fails there.)
+HAND_WRITTEN = {
+    "single": "keras",
+    "mirrored": "tf",
+    "horovod": "horovod",
+    "multi_worker": "tf",
+    "jax": "keras_distribution",
+}
 
 
 class BenchError(KScaleError):
@@ -86,10 +93,12 @@ class Sizes:
 def backends_here() -> list[str]:
     """The backends this stack can run (README, "Which stack?")."""
     keras = frameworks.process_keras()
+    if keras.generation == 3 and keras.backend == "jax":
+        return ["single", "jax"]
     if keras.generation == 3 and keras.backend != "tensorflow":
         return ["single"]
     if keras.generation == 3 and not frameworks.legacy_keras_needed():
-        return ["single", "mirrored"]
+        return ["single", "mirrored", "multi_worker"]
     multi = ["horovod"] if frameworks.is_installed("horovod") else []
     return ["single", "mirrored", *multi, "multi_worker"]
 
@@ -143,11 +152,13 @@ def command(setting: Setting, sizes: Sizes, result: str, repeat: int = 0, profil
         return [*kscale_run, "--engine", "horovod", "-np", n, "--", *worker]
     if setting.backend == "multi_worker":
         return [*kscale_run, "--engine", "tf", "-np", n, "--", *worker]
+    if setting.backend == "jax":
+        return [*kscale_run, "--engine", "jax", "-np", n, "--", *worker]
     return worker
 
 
 def processes(setting: Setting) -> int:
-    return setting.workers if setting.backend in ("horovod", "multi_worker") else 1
+    return setting.workers if setting.backend in ("horovod", "multi_worker", "jax") else 1
 
 
 def run_one(setting: Setting, sizes: Sizes, threads: int, repeat: int = 0) -> dict[str, Any]:

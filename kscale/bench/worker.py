@@ -7,8 +7,10 @@ import joins a distributed job, and the hand-written scripts must run without ks
 
 `--impl` says who distributes the training: `kscale` (the one line), `horovod` (a hand-written Horovod
 script: hvd.init, GPU pinning, DistributedOptimizer, broadcast and metric callbacks, its own shard) or `tf`
-(a hand-written tf.distribute script: the strategy's scope, the global batch), or `keras` (one process,
-no distribution). Every implementation trains the same model on the same synthetic data with `fit` for
+(a hand-written tf.distribute script: the strategy's scope, the global batch; with Keras 3 under
+multi_worker, whose fit fails there, TensorFlow's custom training loop), `keras_distribution` (Keras 3 on
+JAX: keras.distribution's DataParallel, each process feeding its part) or `keras` (one process, no
+distribution). Every implementation trains the same model on the same synthetic data with `fit` for
 `--warmup + --iters` epochs of `--batches` steps, and the chief writes each epoch's wall time to `--result`.
 
 `--against IMPL` (with `--impl kscale`) also builds the hand-written script's model in the same job and
@@ -35,7 +37,7 @@ from typing import Any
 
 STARTED = time.perf_counter()  # before TensorFlow, Horovod or kscale is imported
 
-IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras")
+IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras", "keras_distribution")
 #: How long stop_profile lets the last collectives' completion callbacks finish (measured: without a wait,
 #: 1 profile in 6 to 25 lost the last Done event on a loaded 2-core machine; with 0.5 s, 0 in 40).
 PROFILE_SETTLE_SECONDS = 0.5
@@ -59,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--impl", choices=IMPLEMENTATIONS, default="kscale")
     p.add_argument("--against", choices=IMPLEMENTATIONS[1:], help="also train this one, in turn, same job")
     p.add_argument("--against-first", action="store_true", help="--against: build that model before kscale's")
-    p.add_argument("--backend", default="single", help="single | mirrored | horovod | multi_worker")
+    p.add_argument("--backend", default="single", help="single | mirrored | horovod | multi_worker | jax")
     p.add_argument("--replicas", type=int, default=1, help="mirrored: replicas in this process")
     p.add_argument("--model", default="mlp")
     p.add_argument("--input-shape", help="your model's input shape without the batch, e.g. 24,1")
@@ -224,7 +226,8 @@ def train_with_kscale(args, spec, keras, data, strategy=None) -> Job:
             model.fit(x, y, batch_size=args.batch, epochs=epochs, callbacks=callbacks, verbose=0)
 
     strategy = getattr(model, "distribute_strategy", None)
-    barrier = _horovod_barrier if args.backend == "horovod" else Job.barrier
+    barriers = {"horovod": _horovod_barrier, "jax": _jax_barrier}
+    barrier = barriers.get(args.backend, Job.barrier) if kscale.size() > 1 else Job.barrier
     return Job(fit, kscale.is_chief(), kscale.num_replicas(), strategy, barrier)
 
 
@@ -294,6 +297,10 @@ def train_with_tf_distribute(args, spec, keras, data, strategy=None) -> Job:
                 tf.config.set_visible_devices(gpus[task["index"] % len(gpus)], "GPU")
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
         chief = task["index"] == 0
+        if getattr(keras, "__version__", "2").startswith("3."):
+            # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585): what its
+            # users write instead is TensorFlow's custom training loop.
+            return _tf_custom_loop(args, spec, keras, data, strategy, chief)
     replicas = strategy.num_replicas_in_sync
     with strategy.scope():
         model = spec.build(keras)
@@ -304,6 +311,94 @@ def train_with_tf_distribute(args, spec, keras, data, strategy=None) -> Job:
         model.fit(x, y, batch_size=args.batch * replicas, epochs=epochs, callbacks=callbacks, verbose=0)
 
     return Job(fit, chief, replicas)
+
+
+def _tf_custom_loop(args, spec, keras, data, strategy, chief: bool) -> Job:
+    """TensorFlow's "custom training loop with MultiWorkerMirroredStrategy" tutorial, with a Keras 3 model:
+    `strategy.run` of a step that averages the loss over the global batch, the dataset distributed (and
+    auto-sharded) by the strategy; the timer's hooks called where fit would call them."""
+    import tensorflow as tf
+
+    replicas = strategy.num_replicas_in_sync
+    global_batch = args.batch * replicas
+    with strategy.scope():
+        model = spec.build(keras)
+        compile_args = spec.compile_args(keras, replicas)
+        optimizer = compile_args["optimizer"]
+        loss = compile_args["loss"]
+        per_sample = loss.call if isinstance(loss, keras.losses.Loss) else keras.losses.get(loss)
+    x, y = data(replicas)
+    dataset = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
+    )
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            value = tf.nn.compute_average_loss(
+                per_sample(y, model(x, training=True)), global_batch_size=global_batch
+            )
+        gradients = tape.gradient(value, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return value
+
+    @tf.function
+    def train_epoch(iterator):
+        for _ in tf.range(args.batches):
+            strategy.run(replica_step, args=next(iterator))
+
+    def fit(epochs: int, callbacks: list) -> None:
+        for epoch in range(epochs):
+            for callback in callbacks:
+                callback.on_epoch_begin(epoch)
+            train_epoch(iter(dataset))
+            # Like fit at an epoch's end: the step's results reach the host (every worker's)
+            float(optimizer.iterations.numpy())
+        for callback in callbacks:
+            callback.on_train_end()
+
+    return Job(fit, chief, replicas, strategy)
+
+
+def train_with_keras_distribution(args, spec, keras, data, strategy=None) -> Job:
+    """What Keras 3's distribution guide does on JAX: initialize the processes (the launcher's
+    KERAS_DISTRIBUTION_* variables), a DataParallel distribution over every device, the model built,
+    compiled and trained in its scope; each process feeds its own part of the data."""
+    import jax
+
+    if not jax.distributed.is_initialized() and "KERAS_DISTRIBUTION_NUM_PROCESSES" in os.environ:
+        keras.distribution.initialize()  # not yet (kscale's model, in turn in this job, has done it)
+    distribution = keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+    distribution.auto_shard_dataset = False  # arrays: each process passes its own part (Keras' advice)
+    replicas, processes, rank = (
+        len(distribution.device_mesh.devices.flatten()),
+        jax.process_count(),
+        jax.process_index(),
+    )
+    with distribution.scope():
+        model = spec.build(keras)
+        model.compile(**spec.compile_args(keras, replicas))
+    x, y = data(replicas)
+    part = len(x) // processes
+    x, y = x[rank * part : (rank + 1) * part], y[rank * part : (rank + 1) * part]
+
+    def fit(epochs: int, callbacks: list) -> None:
+        with distribution.scope():
+            model.fit(
+                x,
+                y,
+                batch_size=args.batch * replicas // processes,
+                epochs=epochs,
+                callbacks=callbacks,
+                verbose=0,
+            )
+
+    return Job(fit, rank == 0, replicas, barrier=_jax_barrier)
+
+
+def _jax_barrier() -> None:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices("kscale bench: next fit")
 
 
 def train_with_keras(args, spec, keras, data, strategy=None) -> Job:
@@ -324,6 +419,7 @@ TRAINERS: dict[str, Trainer] = {
     "horovod": train_with_horovod,
     "tf": train_with_tf_distribute,
     "keras": train_with_keras,
+    "keras_distribution": train_with_keras_distribution,
 }
 
 
