@@ -100,9 +100,11 @@ test-a: venv sshd
 # writes, BackupAndRestore and resume, the broadcast of differing weights); lane A runs them all.
 LANE_B_MULTIPROCESS := tests/multiprocess/test_exact_metrics.py tests/multiprocess/test_keras_api.py \
   tests/multiprocess/test_backup_and_restore.py tests/multiprocess/test_equivalence.py
+# Not lane B: `kscale bench --quick` (5 minutes of CI), whose backends and hand-written scripts (tf.keras,
+# Horovod, tf.distribute) lane A benchmarks with the same code.
 test-b: $(LANE_B)/.ready
 	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance \
-	  $(LANE_B_MULTIPROCESS)
+	  $(LANE_B_MULTIPROCESS) --deselect tests/stack/test_stack_bench.py
 
 test-jax: $(LANE_JAX)/.ready
 	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
