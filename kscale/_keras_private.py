@@ -160,6 +160,26 @@ def keras3_multi_worker_fixed() -> Iterator[None]:
     if getattr(trainer, "_kscale_multi_worker_fixed", False):
         yield
         return
+    needed = (
+        "reduce_per_replica",
+        "_collective_all_reduce_multi_worker",
+        "_is_per_replica_instance",
+        "tf",
+        "tree",
+    )
+    missing = [name for name in needed if not hasattr(trainer, name)]
+    if missing or not hasattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build"):
+        import keras
+
+        from kscale.errors import BackendError
+
+        raise BackendError(
+            f"Keras {keras.__version__}'s TensorFlow trainer is not the one kscale corrects for "
+            f"MultiWorkerMirroredStrategy (keras-team/keras#20585; checked on Keras 3.15): it lacks "
+            f"{', '.join(missing) or 'TensorFlowTrainer._maybe_symbolic_build'}. Train Keras 3 on several "
+            "processes with KERAS_BACKEND=jax, or install the Keras version kscale was tested with "
+            "(pip install 'keras==3.15.*'), or use tf.keras with TF_USE_LEGACY_KERAS=1 and tf_keras."
+        )
     tf = trainer.tf
     tree = trainer.tree
     original_reduce = trainer.reduce_per_replica

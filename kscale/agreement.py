@@ -13,13 +13,46 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kscale.errors import RanksDivergedError
+from kscale.errors import DataError, RanksDivergedError
+
+#: Rows of each array the data fingerprint reads: enough that two different orders of the same samples
+#: (an unseeded shuffle) differ in it, few enough to cost nothing next to training on the arrays.
+DATA_ROWS = 1024
 
 
 def fingerprint(arrays: Sequence[np.ndarray]) -> np.ndarray:
     """Each array's CRC-32, as two 16-bit halves in float32 (exact in every collective's float sum)."""
     crcs = [zlib.crc32(np.ascontiguousarray(a).tobytes()) for a in arrays]
     return np.array([part for crc in crcs for part in (crc >> 16, crc & 0xFFFF)], np.float32)
+
+
+def data_fingerprint(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """A fingerprint of arrays about to be cut into one part per worker: their shapes and dtypes, and
+    `DATA_ROWS` rows of each, evenly spaced (every row where there are fewer)."""
+    header = repr([(np.shape(a), np.asarray(a).dtype.str) for a in arrays]).encode()
+    sampled = []
+    for array in arrays:
+        array = np.asarray(array)
+        if array.ndim and len(array) > DATA_ROWS:
+            array = array[np.linspace(0, len(array) - 1, DATA_ROWS).astype(np.int64)]
+        if array.dtype == object:  # strings and the like: their bytes are pointers, their text is the data
+            array = np.frombuffer(repr(array.tolist()).encode(), np.uint8)
+        sampled.append(array)
+    return fingerprint([np.frombuffer(header, np.uint8), *sampled])
+
+
+def check_same_data(gathered: np.ndarray, what: str) -> None:
+    """Raise DataError unless every worker passed the arrays the chief did (rows of `data_fingerprint`)."""
+    differing = [rank for rank in range(1, len(gathered)) if not np.array_equal(gathered[rank], gathered[0])]
+    if differing:
+        raise DataError(
+            f"the {what} differs between workers: rank(s) {', '.join(map(str, differing))} passed other "
+            "arrays (or the same ones in another order) than rank 0. kscale cuts one set of arrays into a "
+            "part per worker, so every worker must pass the same arrays: seed any shuffle or split before "
+            "fit (np.random.seed or kscale.set_seed at the top; fit's own shuffle is already alike on every "
+            "worker). If each worker loads its own part on purpose, pass data_policy='none' to "
+            "kscale.distribute."
+        )
 
 
 def check(gathered: np.ndarray, names: Sequence[str], epoch: int) -> None:

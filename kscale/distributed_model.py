@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kscale import _keras_private, backends, frameworks, log
+from kscale import _keras_private, agreement, backends, frameworks, log
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
@@ -282,6 +282,7 @@ def _fit_in_this_world(
         )
         a["validation_split"] = 0.0
     request = _request(state, per_replica, a.get("shuffle", True), user_steps, "training data")
+    _check_same_arrays(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
@@ -294,6 +295,7 @@ def _fit_in_this_world(
         val_request = _request(
             state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True
         )
+        _check_same_arrays(backend, val_request, vx, vy, vsw)
         val = backend.feed(vx, vy, vsw, val_request)
         parts = tuple(v for v in (val.x, val.y, val.sample_weight) if v is not None)
         a["validation_data"] = parts[0] if len(parts) == 1 else parts
@@ -359,6 +361,7 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     backend.build_on_first_batch(self, a.get("x"))
     per_replica = _per_replica_batch(state, a.get("batch_size"))
     request = _request(state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True)
+    _check_same_arrays(backend, request, a.get("x"), a.get("y"), a.get("sample_weight"))
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
@@ -562,6 +565,16 @@ def _rate_for_this_world(model: Any) -> float | None:
 def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
     """Keras' progress output on the chief only (the others would print the same lines again)."""
     arguments["verbose"] = arguments.get("verbose", "auto") if backend.is_chief else 0
+
+
+def _check_same_arrays(backend: Backend, request: FeedRequest, x: Any, y: Any, sample_weight: Any) -> None:
+    """Arrays cut into a part per worker must be the same arrays on every worker (one small gather): else
+    the parts overlap and miss samples (an unseeded shuffle or split), or are cut twice (a script that
+    already took its own part). Other data (datasets, Sequences) is read, not compared."""
+    if request.shard.count < 2 or not is_array_data(x):
+        return
+    arrays = [a for value in (x, y, sample_weight) if value is not None for a in flatten(value)]
+    agreement.check_same_data(backend.gather(agreement.data_fingerprint(arrays)), request.what)
 
 
 def _request(

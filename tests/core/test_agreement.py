@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kscale import agreement
-from kscale.errors import KScaleError, RanksDivergedError
+from kscale.errors import DataError, KScaleError, RanksDivergedError
 
 
 def test_equal_weights_pass_and_a_last_bit_difference_is_seen():
@@ -29,3 +29,28 @@ def test_fingerprints_are_exact_in_float32_sums():
     assert printed.dtype == np.float32 and printed.shape == (2,)
     assert (printed < 2**16).all() and (printed == np.round(printed)).all()
     assert np.array_equal(printed + np.zeros_like(printed), printed)
+
+
+def test_the_data_fingerprint_sees_another_order_and_nothing_else():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(5000, 3)).astype("float32"), rng.integers(0, 2, 5000)
+    same = agreement.data_fingerprint([x.copy(), y.copy()])
+    assert np.array_equal(agreement.data_fingerprint([x, y]), same)
+    order = rng.permutation(len(x))
+    assert not np.array_equal(agreement.data_fingerprint([x[order], y[order]]), same)
+    assert not np.array_equal(agreement.data_fingerprint([x[:4999], y[:4999]]), same)  # one sample fewer
+    assert not np.array_equal(agreement.data_fingerprint([x.astype("float64"), y]), same)
+    words = np.array(
+        ["a", "bb", None], dtype=object
+    )  # bytes of an object array are pointers: its text counts
+    assert np.array_equal(agreement.data_fingerprint([words]), agreement.data_fingerprint([words.copy()]))
+
+
+def test_workers_passing_other_arrays_get_a_data_error_naming_them():
+    rows = np.stack([agreement.data_fingerprint([np.arange(10.0)])] * 3)
+    agreement.check_same_data(rows, "training data")  # all alike: nothing to say
+    rows[2] = agreement.data_fingerprint([np.arange(10.0)[::-1]])
+    with pytest.raises(
+        DataError, match=r"training data differs between workers: rank\(s\) 2 .*data_policy='none'"
+    ):
+        agreement.check_same_data(rows, "training data")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 
 from kscale import _keras_private
 
@@ -132,3 +133,16 @@ def test_keras_3_backup_and_restore_still_names_its_files(tmp_path):
     files = _keras_private.backup_files(backup)
     assert len(files) == 4 and all(str(f).startswith(str(tmp_path / "backup")) for f in files)
     assert files[0].endswith(".weights.h5") and files[1].endswith(".json")
+
+
+def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeypatch):
+    if keras.config.backend() != "tensorflow":
+        return  # the guard above shows this lane has no TensorFlow
+    from keras.src.backend.tensorflow import trainer
+
+    from kscale.errors import BackendError
+
+    monkeypatch.delattr(trainer, "_collective_all_reduce_multi_worker")
+    with pytest.raises(BackendError, match="lacks _collective_all_reduce_multi_worker"):
+        with _keras_private.keras3_multi_worker_fixed():
+            pass
