@@ -143,6 +143,6 @@ def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeyp
     from kscale.errors import BackendError
 
     monkeypatch.delattr(trainer, "_collective_all_reduce_multi_worker")
-    with pytest.raises(BackendError, match="lacks _collective_all_reduce_multi_worker"):
-        with _keras_private.keras3_multi_worker_fixed():
-            pass
+    fixed = _keras_private.keras3_multi_worker_fixed()
+    with pytest.raises(BackendError, match="lacks _collective_all_reduce_multi_worker"), fixed:
+        pass
