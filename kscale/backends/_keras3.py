@@ -211,6 +211,20 @@ class Keras3Backend(Backend):
         ]
 
 
+class EvaluatesOnCopy:
+    """For Keras 3 under a tf.distribute strategy (before the strategy's class in the bases): Keras 3's
+    evaluate there takes equal batches from every replica, losing or miscounting the samples of parts no
+    batch divides; evaluation runs on this process's copy of the model (`evaluates_on_copy`), fed this
+    worker's part as one process is fed, and the metric states are combined."""
+
+    uneven_evaluation = True
+
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
+        if request.evaluation and self.evaluates_on_copy():
+            return Keras3Backend.feed(self, x, y, sample_weight, request)
+        return super().feed(x, y, sample_weight, request)
+
+
 def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
     """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
     if request.every_sample:  # Keras takes this worker's whole batch and spreads it over its devices

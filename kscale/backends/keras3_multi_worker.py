@@ -12,15 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from kscale import _keras_private, sharding
-from kscale.backends._keras3 import Keras3Backend
+from kscale import _keras_private
+from kscale.backends._keras3 import EvaluatesOnCopy, Keras3Backend
 from kscale.backends._strategy import MultiWorker, sum_over_replicas
 
 
-class Keras3MultiWorkerBackend(MultiWorker, Keras3Backend):
+class Keras3MultiWorkerBackend(EvaluatesOnCopy, MultiWorker, Keras3Backend):
     name = "multi_worker"
-    # Evaluation runs on each worker's copy of the model, metric states summed (`evaluates_on_copy`).
-    uneven_evaluation = True
 
     def keras_steps(self) -> contextlib.AbstractContextManager:
         return _keras_private.keras3_multi_worker_fixed()
@@ -40,11 +38,6 @@ class Keras3MultiWorkerBackend(MultiWorker, Keras3Backend):
         # Keras 3's evaluate under the strategy takes equal batches from every replica: parts that no
         # batch divides would lose samples (as under MirroredStrategy, where it fails on them).
         return True
-
-    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
-        if request.evaluation:  # the copy takes this worker's part as one process does
-            return Keras3Backend.feed(self, x, y, sample_weight, request)
-        return super().feed(x, y, sample_weight, request)
 
     def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
         """Each metric state of this worker's copy summed over workers (Keras' default aggregation)."""
