@@ -146,7 +146,8 @@ def keras3_multi_worker_fixed() -> Iterator[None]:
 
     - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
       `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors. The
-      symbolic build needs the batch's shapes only: the first local replica's batch is used instead.
+      symbolic build needs the batch's shapes only: the first local replica's batch is used instead, and
+      read only where something is still unbuilt.
     - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
       ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
       where they have no dimension.
@@ -213,11 +214,15 @@ def keras3_multi_worker_fixed() -> Iterator[None]:
             distributed = isinstance(x, tf.distribute.DistributedValues)
             return strategy.experimental_local_results(x)[0] if distributed else x
 
-        for _, _, it in iterator:
-            data_batch = tree.map_structure(first_local, next(it))
-            break
+        def first_local_batch() -> Any:
+            # Read only if something is still unbuilt (Keras' _symbolic_build asks then): starting an
+            # iterator over a multi-worker dataset costs about a second, and fit starts its own after.
+            for _, _, it in iterator:
+                yield None, None, iter([tree.map_structure(first_local, next(it))])
+                return
+
         with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
+            self._symbolic_build(iterator=first_local_batch())
 
     trainer.reduce_per_replica = reduce_per_replica
     trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build

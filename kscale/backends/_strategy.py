@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -258,15 +259,29 @@ def sum_over_replicas(
 ) -> list[np.ndarray]:
     """Each array summed over replicas 0, every, 2·every, ... (the first of each worker when `every` is the
     replicas per worker), the others giving zeros; as this worker's first replica reads the sum."""
+    summed = _summing(strategy, every)
+    return [summed(tf.constant(a)).numpy() for a in arrays]
 
-    @tf.function  # one function, traced once per dtype and shape
-    def summed(value: tf.Tensor) -> tf.Tensor:
-        context = tf.distribute.get_replica_context()
-        kept = tf.equal(context.replica_id_in_sync_group % every, 0)
-        # where, not a product: a NaN in another worker's weights must not reach the sum
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(kept, value, tf.zeros_like(value)))
 
-    return [
-        strategy.experimental_local_results(strategy.run(summed, args=(tf.constant(a),)))[0].numpy()
-        for a in arrays
-    ]
+#: One traced function per strategy and `every`, kept while the strategy lives: a collective run eagerly,
+#: or from a function traced anew, takes about a second under MultiWorkerMirroredStrategy on TensorFlow
+#: 2.21 (2 ms once traced; TensorFlow 2.15 takes 20 ms either way).
+_SUMMING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _summing(strategy: tf.distribute.Strategy, every: int) -> Callable[[tf.Tensor], tf.Tensor]:
+    functions = _SUMMING.setdefault(strategy, {})
+    if every not in functions:
+
+        def summed_in_replica(value: tf.Tensor) -> tf.Tensor:
+            context = tf.distribute.get_replica_context()
+            kept = tf.equal(context.replica_id_in_sync_group % every, 0)
+            # where, not a product: a NaN in another worker's weights must not reach the sum
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(kept, value, tf.zeros_like(value)))
+
+        @tf.function(reduce_retracing=True)  # traced once per dtype (and shape, until shapes vary)
+        def summed(value: tf.Tensor) -> tf.Tensor:
+            return strategy.experimental_local_results(strategy.run(summed_in_replica, args=(value,)))[0]
+
+        functions[every] = summed
+    return functions[every]

@@ -332,7 +332,8 @@ def _tf_custom_loop(args, spec, keras, data, strategy, chief: bool) -> Job:
         tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
     )
 
-    def replica_step(x, y):
+    def replica_step(batch):
+        x, y = batch
         with tf.GradientTape() as tape:
             value = tf.nn.compute_average_loss(
                 per_sample(y, model(x, training=True)), global_batch_size=global_batch
@@ -342,17 +343,18 @@ def _tf_custom_loop(args, spec, keras, data, strategy, chief: bool) -> Job:
         return value
 
     @tf.function
-    def train_epoch(iterator):
-        for _ in tf.range(args.batches):
-            strategy.run(replica_step, args=next(iterator))
+    def train_step(iterator):  # one step per call and the loss summed over replicas, as the tutorial does
+        per_replica_losses = strategy.run(replica_step, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
 
     def fit(epochs: int, callbacks: list) -> None:
         for epoch in range(epochs):
             for callback in callbacks:
                 callback.on_epoch_begin(epoch)
-            train_epoch(iter(dataset))
-            # Like fit at an epoch's end: the step's results reach the host (every worker's)
-            float(optimizer.iterations.numpy())
+            iterator, total_loss = iter(dataset), 0.0
+            for _ in range(args.batches):
+                total_loss += train_step(iterator)
+            float(total_loss / args.batches)  # the epoch's loss reaches the host, as fit's logs do
         for callback in callbacks:
             callback.on_train_end()
 
