@@ -1,79 +1,65 @@
-"""The learning rate of N replicas: the user's rate (float or schedule) times a factor, with warmup.
+"""The learning rate of N replicas, for both Keras families: the user's rate (float or schedule) times a
+factor, with warmup.
 
-Gradual warmup (Goyal et al. 2017) starts at the single-replica rate and reaches the scaled rate
-after `warmup_steps`; Horovod's LearningRateWarmupCallback does the same for float rates only. A
-schedule works for floats and schedules alike and on every backend, so kscale uses one everywhere.
+Gradual warmup (Goyal et al. 2017) starts at the single-replica rate and reaches the scaled rate after
+`warmup_steps`; Horovod's LearningRateWarmupCallback does the same for float rates only. A schedule works
+for floats and schedules alike and on every backend, so kscale uses one everywhere. Each family writes the
+schedule in its own Keras (kscale/keras2/learning_rate.py: TensorFlow ops and a variable;
+kscale/keras3/learning_rate.py: keras.ops); the rules around it are here, once.
+
+Checkpoints whose optimizer holds kscale's schedule load after `import kscale.learning_rate`: it registers
+the schedule of the Keras this process uses with Keras.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from typing import Any
 
-import tensorflow as tf
 
-LearningRate = float | tf.keras.optimizers.schedules.LearningRateSchedule
+@dataclasses.dataclass(frozen=True)
+class ScaledRates:
+    """A family's scaled schedule class and its Keras' schedule base class, and what kscale does with them."""
 
+    #: The family's ScaledLearningRate: built from (base, factor), with set_warmup(steps).
+    scaled_type: type
+    #: Keras' LearningRateSchedule of the family.
+    schedule_type: type
 
-@tf.keras.saving.register_keras_serializable(package="kscale")
-class ScaledLearningRate(tf.keras.optimizers.schedules.LearningRateSchedule):
-    """`base(step) × factor`, ramped linearly from `base(step)` over the first `warmup_steps` steps."""
+    def scaled(self, base: Any, factor: float, warmup: bool) -> Any:
+        """A float stays a float when no warmup is needed, so the user's optimizer keeps its simple form."""
+        if not warmup and not isinstance(base, self.schedule_type):
+            return base * factor
+        return self.scaled_type(base, factor)
 
-    def __init__(self, base: LearningRate | dict, factor: float, warmup_steps: int = 0):
-        super().__init__()
-        if isinstance(base, dict):
-            base = tf.keras.optimizers.schedules.deserialize(base)
-        self.base = base
-        self.factor = float(factor)
-        # A variable, because the number of steps per epoch is known only when fit() starts.
-        self.warmup_steps = tf.Variable(
-            int(warmup_steps), trainable=False, dtype=tf.int64, name="warmup_steps"
-        )
+    def unscaled(self, lr: Any) -> Any:
+        """The user's rate inside one kscale scaled (a model saved by a kscale job, loaded again)."""
+        return lr.base if isinstance(lr, self.scaled_type) else lr
 
-    def __call__(self, step: Any) -> tf.Tensor:
-        step = tf.cast(step, tf.float32)
-        if isinstance(self.base, tf.keras.optimizers.schedules.LearningRateSchedule):
-            base = tf.cast(self.base(step), tf.float32)
-        else:
-            base = tf.constant(self.base, tf.float32)
-        warmup = tf.cast(self.warmup_steps, tf.float32)
-        progress = tf.where(warmup > 0, tf.minimum(step / tf.maximum(warmup, 1.0), 1.0), 1.0)
-        return base * (1.0 + (self.factor - 1.0) * progress)
+    def set_warmup_steps(self, lr: Any, steps: int) -> bool:
+        """Set the warmup length on a rate from scaled(); False if it has none."""
+        if not isinstance(lr, self.scaled_type):
+            return False
+        lr.set_warmup(steps)
+        return True
 
-    def get_config(self) -> dict:
-        base = self.base
-        if isinstance(base, tf.keras.optimizers.schedules.LearningRateSchedule):
-            base = tf.keras.optimizers.schedules.serialize(base)
-        return {"base": base, "factor": self.factor, "warmup_steps": int(self.warmup_steps.numpy())}
-
-
-def scaled(base: LearningRate, factor: float, warmup: bool) -> LearningRate:
-    """A float stays a float when no warmup is needed, so the user's optimizer keeps its simple form."""
-    if not warmup and not isinstance(base, tf.keras.optimizers.schedules.LearningRateSchedule):
-        return base * factor
-    return ScaledLearningRate(base, factor)
+    def describe(self, lr: Any) -> float | str:
+        """A short form for the printed plan."""
+        if isinstance(lr, self.scaled_type):
+            return f"{self.describe(lr.base)} x {lr.factor:g}"
+        if isinstance(lr, self.schedule_type):
+            return type(lr).__name__
+        return float(f"{float(lr):.6g}")  # float32 rates print as 0.05, not 0.05000000074505806
 
 
-def unscaled(lr: LearningRate) -> LearningRate:
-    """The user's rate inside one kscale scaled (a model saved by a kscale job, loaded again)."""
-    return lr.base if isinstance(lr, ScaledLearningRate) else lr
+def _register_for_process() -> None:
+    """Import the family module of the Keras this process uses, which registers its schedule with Keras.
+    (By name: when a family module imports this one, it is itself still being imported.)"""
+    from kscale import frameworks
+
+    generation = frameworks.process_keras().generation
+    importlib.import_module(f"kscale.keras{generation}.learning_rate")
 
 
-def set_warmup_steps(lr: LearningRate, steps: int) -> bool:
-    """Set the warmup length on a rate from scaled(); False if it has none."""
-    if not isinstance(lr, ScaledLearningRate):
-        return False
-    lr.warmup_steps.assign(steps)
-    return True
-
-
-def describe(lr: LearningRate) -> float | str:
-    if isinstance(lr, ScaledLearningRate):
-        return f"{describe(lr.base)} x {lr.factor:g}"
-    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
-        return type(lr).__name__
-    return float(f"{float(lr):.6g}")  # float32 rates print as 0.05, not 0.05000000074505806
-
-
-# The legacy .h5 format looks custom classes up by their bare class name, not the registered
-# "kscale>ScaledLearningRate": register that too, so h5 checkpoints load after `import kscale.learning_rate`.
-tf.keras.utils.get_custom_objects()["ScaledLearningRate"] = ScaledLearningRate
+_register_for_process()

@@ -16,10 +16,10 @@ import keras
 import numpy as np
 
 from kscale import _keras_private, sharding
-from kscale import learning_rate_keras3 as lr_lib
 from kscale.backends.base import Backend, results_from_states
 from kscale.callbacks import for_this_worker
 from kscale.errors import ModelError, OptionError
+from kscale.keras3 import learning_rate as family_rates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Keras3Backend(Backend):
     """A backend that trains Keras 3 models; alone, one process with Keras' own device placement."""
 
     keras_generation = 3
-    learning_rates = lr_lib
+    learning_rates = family_rates.RATES
     Options = Keras3Options
 
     def __init__(self, env: Any, devices: list[str] | None = None):

@@ -11,16 +11,16 @@ from typing import Any
 import tensorflow as tf
 
 from kscale import data, model_rebuild, sharding
-from kscale import learning_rate as lr_lib
 from kscale.backends.base import Backend
 from kscale.callbacks import for_this_worker
+from kscale.keras2 import learning_rate as family_rates
 
 
 class TFKerasBackend(Backend):
     """A backend that trains tf.keras models; alone, one process per replica."""
 
     keras_generation = 2
-    learning_rates = lr_lib
+    learning_rates = family_rates.RATES
     # Keras 2 evaluates one process's data alone, and under a tf.distribute strategy hands empty batches to
     # replicas that have run out until every worker has (partial-batch handling).
     uneven_evaluation = True

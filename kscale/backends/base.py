@@ -35,8 +35,8 @@ class Backend(abc.ABC):
     create_at_import: ClassVar[bool] = False
     #: Saving involves every worker (a collective inside), so all save and the others' copies are scratch.
     saves_are_collective: ClassVar[bool] = False
-    #: The module of this Keras family's scaled learning rate (kscale.learning_rate or _keras3): its
-    #: scaled(), unscaled(), describe() and set_warmup_steps() serve every backend of the family.
+    #: The Keras family's scaled learning rate (kscale.learning_rate.ScaledRates of kscale.keras2 or
+    #: kscale.keras3): its scaled(), unscaled(), describe() and set_warmup_steps() serve every backend.
     learning_rates: ClassVar[Any]
     #: Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing is
     #: dropped, and `reduce_results` combines the workers' metric states once at the end.

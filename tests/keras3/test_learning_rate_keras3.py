@@ -1,11 +1,11 @@
-"""kscale.learning_rate_keras3: the scaled, warmed-up rate as a Keras 3 schedule (keras.ops, any backend)."""
+"""kscale.keras3.learning_rate: the scaled, warmed-up rate as a Keras 3 schedule (keras.ops, any backend)."""
 
 from __future__ import annotations
 
 import keras
 import pytest
 
-from kscale.learning_rate_keras3 import ScaledLearningRate, describe, scaled
+from kscale.keras3.learning_rate import RATES, ScaledLearningRate
 
 
 @pytest.mark.parametrize(("step", "expected"), [(0, 0.1), (5, 0.25), (10, 0.4), (50, 0.4)])
@@ -31,6 +31,19 @@ def test_config_round_trip_and_registered_name():
 
 
 def test_scaled_keeps_a_float_without_warmup_and_describe():
-    assert scaled(0.1, 2.0, warmup=False) == pytest.approx(0.2)
-    assert isinstance(scaled(0.1, 2.0, warmup=True), ScaledLearningRate)
-    assert describe(ScaledLearningRate(0.05, 2.0)) == "0.05 x 2" and describe(0.1) == 0.1
+    assert RATES.scaled(0.1, 2.0, warmup=False) == pytest.approx(0.2)
+    assert isinstance(RATES.scaled(0.1, 2.0, warmup=True), ScaledLearningRate)
+    assert RATES.describe(ScaledLearningRate(0.05, 2.0)) == "0.05 x 2" and RATES.describe(0.1) == 0.1
+
+
+def test_the_module_earlier_files_name_still_gives_the_schedule():
+    """Keras 3 files saved before the family packages name kscale.learning_rate_keras3 as the module."""
+    import kscale.learning_rate_keras3 as earlier
+
+    assert earlier.ScaledLearningRate is ScaledLearningRate
+
+
+def test_import_kscale_learning_rate_registers_keras_3s_schedule():
+    import kscale.learning_rate  # noqa: F401
+
+    assert keras.saving.get_registered_object("kscale>ScaledLearningRate") is ScaledLearningRate

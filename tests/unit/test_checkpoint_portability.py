@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kscale.learning_rate import ScaledLearningRate
+from kscale.keras2.learning_rate import ScaledLearningRate
 
 LOAD = """
 import sys

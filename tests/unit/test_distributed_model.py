@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import kscale
-from kscale import learning_rate as lr_lib
+from kscale.keras2 import learning_rate as lr_lib
 from kscale.plan import Plan
 
 from .conftest import regression_data, tiny_model

@@ -1,12 +1,12 @@
-"""kscale.learning_rate: the scaled rate, its gradual warmup, and its serialization."""
+"""kscale.keras2.learning_rate (with kscale.learning_rate's rules): the scaled rate, its gradual warmup, and its
+serialization."""
 
 from __future__ import annotations
 
 import pytest
 import tensorflow as tf
 
-from kscale import learning_rate as lr_lib
-from kscale.learning_rate import ScaledLearningRate, scaled
+from kscale.keras2.learning_rate import RATES, ScaledLearningRate
 from kscale.model_rebuild import learning_rate_of
 
 
@@ -74,26 +74,26 @@ def test_serialized_through_keras_by_its_registered_name():
 
 
 def test_scaled_keeps_a_float_when_there_is_no_warmup():
-    lr = scaled(0.1, 4, warmup=False)
+    lr = RATES.scaled(0.1, 4, warmup=False)
     assert isinstance(lr, float) and lr == pytest.approx(0.4)
 
 
 def test_scaled_with_warmup_is_a_schedule():
-    lr = scaled(0.1, 4, warmup=True)
+    lr = RATES.scaled(0.1, 4, warmup=True)
     assert isinstance(lr, ScaledLearningRate)
     assert (lr.base, lr.factor) == (0.1, 4.0)
 
 
 def test_scaled_schedule_without_warmup_is_a_schedule_scaled_from_the_start():
     base = tf.keras.optimizers.schedules.PiecewiseConstantDecay([5], [0.1, 0.01])
-    lr = scaled(base, 2, warmup=False)
+    lr = RATES.scaled(base, 2, warmup=False)
     assert isinstance(lr, ScaledLearningRate) and lr.base is base
     assert at(lr, 0) == pytest.approx(0.2) and at(lr, 10) == pytest.approx(0.02)
 
 
 def test_describe():
     base = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
-    assert lr_lib.describe(0.25) == 0.25
-    assert lr_lib.describe(base) == "ExponentialDecay"
-    assert lr_lib.describe(ScaledLearningRate(0.1, 4)) == "0.1 x 4"
-    assert lr_lib.describe(ScaledLearningRate(base, 2)) == "ExponentialDecay x 2"
+    assert RATES.describe(0.25) == 0.25
+    assert RATES.describe(base) == "ExponentialDecay"
+    assert RATES.describe(ScaledLearningRate(0.1, 4)) == "0.1 x 4"
+    assert RATES.describe(ScaledLearningRate(base, 2)) == "ExponentialDecay x 2"
