@@ -36,9 +36,10 @@ def require(module: str, install: str, feature: str) -> ModuleType:
         ) from err
 
 
-def horovod_keras() -> ModuleType:
-    """`horovod.tensorflow.keras`, initialised-ready, or a clear error."""
-    hvd = require("horovod.tensorflow.keras", HOROVOD_INSTALL, "the horovod backend")
+def horovod_tensorflow(feature: str = "the horovod backend") -> ModuleType:
+    """`horovod.tensorflow` (the collectives on tf.Variables), built to talk to other workers, or a clear
+    error with the one install command kscale gives everywhere."""
+    hvd = require("horovod.tensorflow", HOROVOD_INSTALL, feature)
     if not hvd.gloo_built() and not hvd.mpi_built():
         raise MissingDependencyError(
             "horovod is installed without Gloo or MPI, so it cannot talk to other workers. Reinstall it: "
@@ -47,7 +48,7 @@ def horovod_keras() -> ModuleType:
     return hvd
 
 
-def horovod_tensorflow() -> ModuleType:
-    """`horovod.tensorflow`: the collectives (broadcast_variables, allreduce) on tf.Variables."""
-    horovod_keras()
-    return require("horovod.tensorflow", HOROVOD_INSTALL, "the horovod backend")
+def horovod_keras() -> ModuleType:
+    """`horovod.tensorflow.keras`, initialised-ready, or a clear error."""
+    horovod_tensorflow()
+    return require("horovod.tensorflow.keras", HOROVOD_INSTALL, "the horovod backend")

@@ -8,7 +8,7 @@ the N workers together see exactly the samples one process would see with an N-t
 Evaluation on backends without a collective per step (`Shard.even=False`) drops nothing: worker r
 takes every N-th element from r to the end, and the metric states are summed over workers afterwards.
 
-Framework-free (numpy only): what depends on tf.data or a Keras dataset class lives in kscale.data and
+Framework-free (numpy only): what depends on tf.data or a Keras dataset class lives in kscale.tf_data and
 in the backends.
 """
 

@@ -1,4 +1,5 @@
-"""What every backend for Keras 3 models shares: optimizers, learning rates, rebuilding, feeding, callbacks.
+"""What every backend for Keras 3 models shares: the Keras 3 family (kscale.keras3: rebuilding, learning rates,
+data) and its callbacks.
 
 Keras 3 runs on JAX, TensorFlow or torch. Nothing here imports TensorFlow (the JAX lane has none),
 except to cut a tf.data.Dataset the user passed (TensorFlow is then in the process already).
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import weakref
 from typing import Any
 
@@ -18,7 +18,8 @@ import numpy as np
 from kscale import _keras_private, sharding
 from kscale.backends.base import Backend, results_from_states
 from kscale.callbacks import for_this_worker
-from kscale.errors import ModelError, OptionError
+from kscale.errors import OptionError
+from kscale.keras3 import data, rebuild
 from kscale.keras3 import learning_rate as family_rates
 
 
@@ -56,53 +57,13 @@ class Keras3Backend(Backend):
 
     # -- the model ----------------------------------------------------------------------------------------
     def check_model(self, model: Any) -> None:
-        if getattr(model, "optimizer", None) is None:
-            raise ModelError(
-                f"model {model.name!r} is not compiled. Call `model.compile(optimizer=..., loss=..., "
-                "metrics=...)` before `kscale.distribute(model)`: kscale scales the optimizer's learning rate "
-                "and keeps your loss and metrics."
-            )
+        rebuild.check_model(model)
 
     def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
-        """The same model built in `owner.scope()` (a strategy or a keras.distribution), with its weights
-        (or `weights`)."""
-        weights = [np.asarray(w) for w in (model.get_weights() if weights is None else weights)]
-        with owner.scope():
-            try:
-                clone = _keras_private.clone_uncompiled(keras, model)
-            except Exception as err:  # the user's get_config/from_config: anything can go wrong there
-                raise ModelError(
-                    f"cloning model {model.name!r} with keras.models.clone_model failed ({err}). Fix its "
-                    "get_config() so it returns the __init__ arguments, or build the model inside "
-                    "`with kscale.scope():` and pass that."
-                ) from err
-            if not model.built:  # Keras builds it on its first batch, in the scope its fit enters
-                return clone
-            if not clone.built:
-                build_config = model.get_build_config()
-                if not build_config:
-                    raise ModelError(
-                        f"cannot tell which inputs model {type(model).__name__} takes; call it once on a batch "
-                        "before kscale.distribute(), or build it inside `with kscale.scope():`."
-                    )
-                clone.build_from_config(build_config)
-            clone.set_weights(weights)
-        return clone
+        return rebuild.rebuild_in(model, owner, weights)
 
     def fresh_compile_args(self, args: dict) -> dict:
-        """Compile arguments whose metric and loss objects are new instances (created where they are used)."""
-
-        def fresh(obj: Any) -> Any:
-            if isinstance(obj, keras.metrics.Metric | keras.losses.Loss):
-                return obj.__class__.from_config(obj.get_config())
-            return obj
-
-        return {
-            key: keras.tree.map_structure(fresh, value)
-            if key in ("loss", "metrics", "weighted_metrics")
-            else value
-            for key, value in args.items()
-        }
+        return rebuild.fresh_compile_args(args)
 
     # -- the optimizer and its learning rate -----------------------------------------------------------------
     def is_optimizer(self, value: Any) -> bool:
@@ -112,17 +73,7 @@ class Keras3Backend(Backend):
         return keras.optimizers.get(optimizer)
 
     def learning_rate_of(self, optimizer: Any) -> Any:
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):  # compile's, under mixed_float16
-            optimizer = optimizer.inner_optimizer
-        rate = _keras_private.learning_rate_object(optimizer)
-        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
-            return rate
-        if rate is None or (callable(rate) and not isinstance(rate, keras.Variable)):
-            raise ModelError(
-                f"optimizer {type(optimizer).__name__} has a learning rate kscale cannot scale; use a float or a "
-                "keras.optimizers.schedules.LearningRateSchedule, or lr_scaling='none'."
-            )
-        return float(keras.ops.convert_to_numpy(rate))
+        return rebuild.learning_rate_of(optimizer)
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
         if learning_rate is None and options.gradient_accumulation_steps == 1:
@@ -131,20 +82,7 @@ class Keras3Backend(Backend):
         return self.clone_optimizer(optimizer, rate, options)
 
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
-        """A new optimizer of the same class and settings with `learning_rate` (and the accumulation asked);
-        for a LossScaleOptimizer (compile's, under mixed_float16), the same loss scaling around a new inner
-        optimizer, which holds the rate."""
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            return keras.optimizers.LossScaleOptimizer(
-                self.clone_optimizer(optimizer.inner_optimizer, learning_rate, options),
-                initial_scale=optimizer.initial_scale,
-                dynamic_growth_steps=optimizer.dynamic_growth_steps,
-            )
-        config = optimizer.get_config()
-        config["learning_rate"] = learning_rate
-        if options.gradient_accumulation_steps > 1:
-            config["gradient_accumulation_steps"] = options.gradient_accumulation_steps
-        return optimizer.__class__.from_config(config)
+        return rebuild.clone_optimizer(optimizer, learning_rate, options.gradient_accumulation_steps)
 
     # -- evaluation on a copy of the model ------------------------------------------------------------------
     def evaluates_on_copy(self) -> bool:
@@ -194,7 +132,7 @@ class Keras3Backend(Backend):
 
     # -- data and callbacks -------------------------------------------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
-        return sharding.one_process_feed(worker_part(x, y, sample_weight, request), request)
+        return sharding.one_process_feed(data.worker_part(x, y, sample_weight, request), request)
 
     def user_callbacks(self, callbacks: list) -> list:
         callbacks = for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types())
@@ -223,32 +161,3 @@ class EvaluatesOnCopy:
         if request.evaluation and self.evaluates_on_copy():
             return Keras3Backend.feed(self, x, y, sample_weight, request)
         return super().feed(x, y, sample_weight, request)
-
-
-def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
-    """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
-    if request.every_sample:  # Keras takes this worker's whole batch and spreads it over its devices
-        return sharding.every_sample_part(
-            x, y, sample_weight, request, EverySamplePyDataset, replicas_per_item=request.replicas_per_worker
-        )
-    if sharding.is_array_data(x):
-        return sharding.array_part(x, y, sample_weight, request)
-    if isinstance(x, keras.utils.PyDataset):
-        return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and isinstance(x, tf.data.Dataset):
-        from kscale import data
-
-        return data.worker_part(x, y, sample_weight, request)
-    return sharding.other_part(x, y, sample_weight, request)
-
-
-class EverySamplePyDataset(sharding.EverySampleBatches, keras.utils.PyDataset):
-    """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
-
-
-class ShardedPyDataset(sharding.BatchShard, keras.utils.PyDataset):
-    """A PyDataset restricted to batches r, r+N, ... (kscale.sharding.BatchShard)."""
-
-    noun = "dataset"
-    type_name = "a keras.utils.PyDataset"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _keras_private, data, sharding
+from kscale import _keras_private, sharding, tf_data
 from kscale.backends import _replica_mean
 from kscale.backends.base import OneProcess, log_value
 from kscale.callbacks import for_this_worker
@@ -114,15 +114,15 @@ class StrategyMixin:
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
-        part = data.worker_part(x, y, sample_weight, request)
+        part = tf_data.worker_part(x, y, sample_weight, request)
         if part.kind == "other":
             return sharding.one_process_feed(part, request)
         if not request.shard.even and request.steps is None:
             return self._uneven_feed(part, request)
-        dataset = data.as_dataset(part, request)
+        dataset = tf_data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
-        batches = data.dataset_batches(dataset)
-        available = data.steps_for(batches, per_worker)
+        batches = tf_data.dataset_batches(dataset)
+        available = tf_data.steps_for(batches, per_worker)
         if available is not None and available < 1:
             raise DataError(
                 f"the {request.what} has {batches} batch(es) per worker, fewer than the {per_worker} replicas "
@@ -153,7 +153,7 @@ class StrategyMixin:
             longest = math.ceil(longest / request.per_replica)  # samples -> per-replica batches
         per_worker = self.replicas_per_worker
         steps = math.ceil(longest / per_worker)
-        epoch = data.pad_with_empty_batches(data.as_dataset(part, request), steps * per_worker).repeat()
+        epoch = tf_data.pad_with_empty_batches(tf_data.as_dataset(part, request), steps * per_worker).repeat()
         distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
         return sharding.Feed(distributed, steps=steps, notes=list(part.notes), epoch_steps=steps)
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import data, model_rebuild, sharding
+from kscale import sharding, tf_data
 from kscale.backends.base import Backend
 from kscale.callbacks import for_this_worker
 from kscale.keras2 import learning_rate as family_rates
+from kscale.keras2 import rebuild
 
 
 class TFKerasBackend(Backend):
@@ -31,7 +32,7 @@ class TFKerasBackend(Backend):
         return tf.keras
 
     def check_model(self, model: Any) -> None:
-        model_rebuild.check_model(model)
+        rebuild.check_model(model)
 
     def build_on_first_batch(self, model: Any, x: Any) -> None:
         """Keras 2 builds such a model inside its first training step, after the weights are broadcast:
@@ -39,7 +40,7 @@ class TFKerasBackend(Backend):
         first batch of `x`, and agree on its weights as for a model built before distribute()."""
         if model.built:
             return
-        inputs = data.first_inputs(x)
+        inputs = tf_data.first_inputs(x)
         if inputs is None:  # a generator: Keras builds it; the agreement check compares the workers
             return
         try:
@@ -56,17 +57,17 @@ class TFKerasBackend(Backend):
         return tf.keras.optimizers.get(optimizer)
 
     def learning_rate_of(self, optimizer: Any) -> Any:
-        return model_rebuild.learning_rate_of(optimizer)
+        return rebuild.learning_rate_of(optimizer)
 
     def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
-        model_rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, self.scope())
+        rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, self.scope())
 
     def rate_factor_variable(self, optimizer: Any, factor: float) -> Any:
         # An attribute of the optimizer: TensorFlow's object-based checkpoints (BackupAndRestore, the
         # TF-format save_weights) save and restore it with the optimizer's rate.
         with self.scope():
             variable = tf.Variable(factor, trainable=False, dtype=tf.float32, name="kscale_rate_factor")
-        model_rebuild.inner_optimizer(optimizer).kscale_rate_factor = variable
+        rebuild.inner_optimizer(optimizer).kscale_rate_factor = variable
         return variable
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
@@ -75,18 +76,18 @@ class TFKerasBackend(Backend):
         return self.clone_optimizer(optimizer, learning_rate, options)
 
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        return model_rebuild.clone_optimizer(optimizer, learning_rate)
+        return rebuild.clone_optimizer(optimizer, learning_rate)
 
     def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
         """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights (or
         `weights`)."""
-        return model_rebuild.rebuild_in_scope(model, owner, weights)
+        return rebuild.rebuild_in_scope(model, owner, weights)
 
     def fresh_compile_args(self, args: dict) -> dict:
-        return model_rebuild.clone_compile_args(args)
+        return rebuild.clone_compile_args(args)
 
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
-        return sharding.one_process_feed(data.worker_part(x, y, sample_weight, request), request)
+        return sharding.one_process_feed(tf_data.worker_part(x, y, sample_weight, request), request)
 
     def user_callbacks(self, callbacks: list) -> list:
         return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types())

@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _optional, model_rebuild, sharding
+from kscale import _optional, sharding
 from kscale.backends._tf_keras import TFKerasBackend
 from kscale.backends.base import results_from_states
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
+from kscale.keras2 import rebuild
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,7 @@ class HorovodBackend(TFKerasBackend):
         # Same weights everywhere from this moment on, also for evaluate()/predict() without fit(). Not
         # under elastic Horovod: a worker that joins later would wait here while the others are inside
         # fit, in Horovod's elastic loop, whose own sync gives it the weights.
-        variables = model_rebuild.existing_variables(model)  # none yet: once built (build_on_first_batch)
+        variables = rebuild.existing_variables(model)  # none yet: once built (build_on_first_batch)
         if not self.env.elastic and variables:
             _optional.horovod_tensorflow().broadcast_variables(variables, root_rank=0)
         return model
@@ -113,7 +114,7 @@ class HorovodBackend(TFKerasBackend):
             return wrapped
 
         # Under a loss scaling (mixed precision) both go to the optimizer inside it: one new LossScaleOptimizer.
-        return model_rebuild.with_inner(optimizer, distributed)
+        return rebuild.with_inner(optimizer, distributed)
 
     def run_fit(
         self, model: tf.keras.Model, fit: Any, options: HorovodOptions, initial_epoch: int = 0

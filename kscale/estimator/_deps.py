@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from kscale import environment
+from kscale import _optional, environment
 from kscale._optional import ESTIMATOR_INSTALL, HOROVOD_INSTALL, is_available
 from kscale.errors import KScaleError, MissingDependencyError, OptionError
 
@@ -43,16 +43,7 @@ def import_horovod() -> ModuleType:
             f"this process was started as one of several workers, which needs Horovod; it is not installed. "
             f"Fix: {HOROVOD_INSTALL}"
         )
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as err:
-        raise MissingDependencyError(
-            f"horovod is installed but its TensorFlow extension does not load ({err}). Reinstall it "
-            "against this TensorFlow: HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "
-            "pip install --no-cache-dir --no-build-isolation --force-reinstall horovod==0.28.1 "
-            "(or `make venv`)."
-        ) from err
-    return hvd
+    return _optional.horovod_tensorflow("kscale.estimator with several workers")
 
 
 def horovod() -> ModuleType | None:

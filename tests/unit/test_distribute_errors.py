@@ -10,7 +10,7 @@ import kscale
 from kscale.errors import DataError, KScaleError, ModelError, OptionError
 
 from .conftest import regression_data, tiny_model
-from .test_data import Batches
+from .test_tf_data import Batches
 
 pytestmark = pytest.mark.usefixtures("single_process")
 

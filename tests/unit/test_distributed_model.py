@@ -104,7 +104,7 @@ def test_fit_records_batch_epochs_and_steps_in_the_plan():
 
 
 def test_fit_on_a_dataset_and_a_sequence():
-    from .test_data import Batches
+    from .test_tf_data import Batches
 
     distributed = kscale.distribute(tiny_model(), print_plan=False)
     dataset = tf.data.Dataset.from_tensor_slices(regression_data(12)).batch(4)

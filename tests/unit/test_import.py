@@ -81,6 +81,18 @@ def test_horovod_backend_without_horovod_names_the_install_command():
     assert backends._current is None  # a failed setup leaves no half-made backend behind
 
 
+@pytest.mark.usefixtures("no_horovod")
+def test_estimator_without_horovods_extension_gives_the_backends_install_command(monkeypatch):
+    """One install advice for Horovod, whichever part of kscale needs it (issue 20)."""
+    from kscale.estimator import _deps
+
+    monkeypatch.setattr(_deps, "is_horovod_available", lambda: True)  # installed, but it does not import
+    with pytest.raises(MissingDependencyError) as err:
+        _deps.import_horovod()
+    assert "kscale.estimator with several workers needs horovod" in str(err.value)
+    assert _optional.HOROVOD_INSTALL in str(err.value)
+
+
 def test_require_names_the_feature_and_the_install_command(monkeypatch):
     def refuse(name):
         raise ImportError(f"No module named {name!r}")

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from kscale.keras2.learning_rate import RATES, ScaledLearningRate
-from kscale.model_rebuild import learning_rate_of
+from kscale.keras2.rebuild import learning_rate_of
 
 
 def at(schedule, step: int) -> float:

@@ -1,4 +1,4 @@
-"""kscale.model_rebuild: a compiled model taken apart and rebuilt in a strategy scope, unchanged."""
+"""kscale.keras2.rebuild: a compiled model taken apart and rebuilt in a strategy scope, unchanged."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from kscale.errors import ModelError
-from kscale.model_rebuild import (
+from kscale.keras2.rebuild import (
     clone_compile_args,
     clone_optimizer,
     learning_rate_of,

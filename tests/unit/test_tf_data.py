@@ -1,4 +1,4 @@
-"""kscale.data: every worker gets an equal, disjoint part, and together they see one global batch."""
+"""kscale.tf_data: every worker gets an equal, disjoint part, and together they see one global batch."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kscale.data import (
+from kscale.errors import DataError
+from kscale.sharding import Shard, is_array_data, num_samples, require_samples, shard_arrays, split_validation
+from kscale.tf_data import (
     ShardedSequence,
     arrays_to_dataset,
     dataset_batches,
     sequence_to_dataset,
     shard_dataset,
 )
-from kscale.errors import DataError
-from kscale.sharding import Shard, is_array_data, num_samples, require_samples, shard_arrays, split_validation
 
 
 class Batches(tf.keras.utils.Sequence):
@@ -233,7 +233,7 @@ def test_sequence_to_dataset_round_trip(as_list):
 
 
 def test_pad_with_empty_batches_adds_batches_of_zero_samples_with_the_same_structure():
-    from kscale.data import pad_with_empty_batches
+    from kscale.tf_data import pad_with_empty_batches
 
     dataset = tf.data.Dataset.from_tensor_slices((np.ones((5, 3), "float32"), np.arange(5))).batch(2)
     padded = list(pad_with_empty_batches(dataset, 5).as_numpy_iterator())
@@ -267,8 +267,8 @@ def _counted_pipeline(paths: list[str], reads: tf.Variable) -> tf.data.Dataset:
 
 
 def _read_by_worker(dataset_for, workers: int) -> tuple[list[int], list[set[int]]]:
-    from kscale.data import worker_part
     from kscale.sharding import FeedRequest
+    from kscale.tf_data import worker_part
 
     reads, samples = [], []
     for index in range(workers):
@@ -292,8 +292,8 @@ def test_a_dataset_that_reads_files_is_sharded_by_file_each_worker_reading_its_s
 
 
 def test_file_sharding_is_named_in_the_plan_and_falls_back_to_batches_with_too_few_files(tmp_path):
-    from kscale.data import files_read, worker_part
     from kscale.sharding import FeedRequest
+    from kscale.tf_data import files_read, worker_part
 
     paths = _tfrecords(tmp_path, files=3)
     request = FeedRequest(10, False, 5, "training data", "shard", Shard(0, 2))
@@ -319,9 +319,9 @@ def _with_policy(dataset: tf.data.Dataset, policy) -> tf.data.Dataset:
 def test_the_datasets_own_auto_shard_policy_overrides_the_choice(tmp_path):
     """DATA: every worker reads all and keeps its batches; OFF: not sharded (the user shards it); FILE:
     by file, an error when it cannot be."""
-    from kscale.data import worker_part
     from kscale.errors import DataError
     from kscale.sharding import FeedRequest
+    from kscale.tf_data import worker_part
 
     policy = tf.data.experimental.AutoShardPolicy
     paths = _tfrecords(tmp_path)

@@ -1,4 +1,6 @@
-"""tf.data datasets and Keras Sequences cut into equal shards (kscale.sharding's rule), and fed to strategies."""
+"""tf.data datasets and tf.keras Sequences cut into equal shards (kscale.sharding's rule), and fed to
+strategies: TensorFlow's input pipeline, for every backend that trains on TensorFlow (tf.keras, and Keras 3's
+tf.data inputs on TensorFlow)."""
 
 from __future__ import annotations
 

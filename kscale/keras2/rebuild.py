@@ -1,4 +1,5 @@
-"""Taking a built, compiled tf.keras model apart and putting it together again, unchanged but for placement.
+"""Taking a built, compiled tf.keras model apart and putting it together again, unchanged but for placement
+(what both Keras families share: kscale.rebuild).
 
 Strategy backends must create variables inside `strategy.scope()`; a model built outside it is rebuilt
 there with Keras' own `clone_model`, its build config and its weights. The optimizer is rebuilt from its
@@ -7,7 +8,6 @@ config with the scaled learning rate; losses and metrics are new objects of the 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from kscale import _keras_private
 from kscale.errors import ModelError
+from kscale.rebuild import fresh_compile_args, require_compiled
 
 
 def check_model(model: Any) -> tf.keras.Model:
@@ -26,12 +27,7 @@ def check_model(model: Any) -> tf.keras.Model:
             "Build your model with tf.keras (Keras 2.15: `import tensorflow as tf; tf.keras.Sequential(...)`); "
             "Keras 3 (`import keras` with keras>=3) models are not supported on TensorFlow 2.15."
         )
-    if model.optimizer is None:
-        raise ModelError(
-            f"model {model.name!r} is not compiled. Call `model.compile(optimizer=..., loss=..., "
-            "metrics=...)` before `kscale.distribute(model)`: kscale scales the optimizer's learning rate "
-            "and keeps your loss and metrics."
-        )
+    require_compiled(model)
     return model
 
 
@@ -44,22 +40,9 @@ def existing_variables(model: tf.keras.Model) -> list[tf.Variable]:
         return []
 
 
-def _clone_keras_object(obj: Any) -> Any:
-    """A fresh copy of a metric or loss object (stateful metrics must be created inside the scope)."""
-    if isinstance(obj, tf.keras.metrics.Metric | tf.keras.losses.Loss):
-        return obj.__class__.from_config(obj.get_config())
-    return obj
-
-
 def clone_compile_args(args: dict) -> dict:
     """Compile arguments whose metric and loss objects are new instances."""
-    cloned = {}
-    for key, value in args.items():
-        if key in ("loss", "metrics", "weighted_metrics"):
-            cloned[key] = tf.nest.map_structure(_clone_keras_object, value)
-        else:
-            cloned[key] = copy.copy(value)
-    return cloned
+    return fresh_compile_args(args, tf.keras, tf.nest.map_structure)
 
 
 def inner_optimizer(optimizer: Any) -> Any:

@@ -1,0 +1,40 @@
+"""A Keras 3 worker's part of the data: numpy arrays, a keras.utils.PyDataset, or (on TensorFlow) a
+tf.data.Dataset, cut by kscale.sharding's rule. Nothing here imports TensorFlow (the JAX lane has none)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import keras
+
+from kscale import sharding
+
+
+def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
+    """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
+    if request.every_sample:  # Keras takes this worker's whole batch and spreads it over its devices
+        return sharding.every_sample_part(
+            x, y, sample_weight, request, EverySamplePyDataset, replicas_per_item=request.replicas_per_worker
+        )
+    if sharding.is_array_data(x):
+        return sharding.array_part(x, y, sample_weight, request)
+    if isinstance(x, keras.utils.PyDataset):
+        return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(x, tf.data.Dataset):  # the user's dataset: TensorFlow is imported
+        from kscale import tf_data
+
+        return tf_data.worker_part(x, y, sample_weight, request)
+    return sharding.other_part(x, y, sample_weight, request)
+
+
+class EverySamplePyDataset(sharding.EverySampleBatches, keras.utils.PyDataset):
+    """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
+
+
+class ShardedPyDataset(sharding.BatchShard, keras.utils.PyDataset):
+    """A PyDataset restricted to batches r, r+N, ... (kscale.sharding.BatchShard)."""
+
+    noun = "dataset"
+    type_name = "a keras.utils.PyDataset"

@@ -1,0 +1,88 @@
+"""Taking a built, compiled Keras 3 model apart and putting it together again, unchanged but for placement
+(what both Keras families share: kscale.rebuild; tf.keras's: kscale.keras2.rebuild).
+
+A strategy or a keras.distribution must create the variables itself: a model built outside is rebuilt in
+its scope with Keras' own clone, build config and weights. The optimizer is rebuilt from its config with
+the scaled learning rate; losses and metrics are new objects of the same configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from kscale import _keras_private
+from kscale.errors import ModelError
+from kscale.rebuild import fresh_compile_args as _fresh_compile_args
+from kscale.rebuild import require_compiled
+
+
+def check_model(model: Any) -> None:
+    """A compiled Keras 3 model, or a ModelError saying what it is not."""
+    require_compiled(model)
+
+
+def rebuild_in(model: Any, owner: Any, weights: list | None = None) -> Any:
+    """The same model built in `owner.scope()` (a strategy or a keras.distribution), with its weights (or
+    `weights`)."""
+    weights = [np.asarray(w) for w in (model.get_weights() if weights is None else weights)]
+    with owner.scope():
+        try:
+            clone = _keras_private.clone_uncompiled(keras, model)
+        except Exception as err:  # the user's get_config/from_config: anything can go wrong there
+            raise ModelError(
+                f"cloning model {model.name!r} with keras.models.clone_model failed ({err}). Fix its "
+                "get_config() so it returns the __init__ arguments, or build the model inside "
+                "`with kscale.scope():` and pass that."
+            ) from err
+        if not model.built:  # Keras builds it on its first batch, in the scope its fit enters
+            return clone
+        if not clone.built:
+            build_config = model.get_build_config()
+            if not build_config:
+                raise ModelError(
+                    f"cannot tell which inputs model {type(model).__name__} takes; call it once on a batch "
+                    "before kscale.distribute(), or build it inside `with kscale.scope():`."
+                )
+            clone.build_from_config(build_config)
+        clone.set_weights(weights)
+    return clone
+
+
+def fresh_compile_args(args: dict) -> dict:
+    """Compile arguments whose metric and loss objects are new instances (created where they are used)."""
+    return _fresh_compile_args(args, keras, keras.tree.map_structure)
+
+
+def learning_rate_of(optimizer: Any) -> Any:
+    """The optimizer's learning rate as the user gave it: a float or the schedule object."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):  # compile's, under mixed_float16
+        optimizer = optimizer.inner_optimizer
+    rate = _keras_private.learning_rate_object(optimizer)
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        return rate
+    if rate is None or (callable(rate) and not isinstance(rate, keras.Variable)):
+        raise ModelError(
+            f"optimizer {type(optimizer).__name__} has a learning rate kscale cannot scale; use a float or a "
+            "keras.optimizers.schedules.LearningRateSchedule, or lr_scaling='none'."
+        )
+    return float(keras.ops.convert_to_numpy(rate))
+
+
+def clone_optimizer(optimizer: Any, learning_rate: Any, gradient_accumulation_steps: int = 1) -> Any:
+    """A new optimizer of the same class and settings with `learning_rate` (and the accumulation asked);
+    for a LossScaleOptimizer (compile's, under mixed_float16), the same loss scaling around a new inner
+    optimizer, which holds the rate."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return keras.optimizers.LossScaleOptimizer(
+            clone_optimizer(optimizer.inner_optimizer, learning_rate, gradient_accumulation_steps),
+            initial_scale=optimizer.initial_scale,
+            dynamic_growth_steps=optimizer.dynamic_growth_steps,
+        )
+    config = optimizer.get_config()
+    config["learning_rate"] = learning_rate
+    if gradient_accumulation_steps > 1:
+        config["gradient_accumulation_steps"] = gradient_accumulation_steps
+    return optimizer.__class__.from_config(config)
