@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _optional, sharding
+from kscale import _horovod_private, _optional, sharding
 from kscale.backends._tf_keras import TFKerasBackend
 from kscale.backends.base import results_from_states
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
@@ -106,10 +106,7 @@ class HorovodBackend(TFKerasBackend):
                 backward_passes_per_step=options.backward_passes_per_step,
                 average_aggregated_gradients=True,
             )
-            # Horovod subclasses the optimizer on the fly and names the class like the original "so that
-            # the saved model could be easily restored without Horovod"; the .keras format also records
-            # the module, which was horovod._keras. Give the class the original's module to finish that.
-            type(wrapped).__module__ = type(inner).__module__
+            _horovod_private.name_like_original(wrapped, inner)  # saved files name the user's class
             average_every_update(wrapped)
             return wrapped
 

@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
+from kscale import _horovod_private
 from kscale.cli.exits import describe_status
 from kscale.cli.facts import local_interfaces, resolve_ipv4, source_address_for
 from kscale.cli.hosts import expand_slurm_nodelist
@@ -153,26 +154,17 @@ class ControlClient:
 
 def start_rendezvous(port: int, verbose: bool = False) -> Any:
     """Horovod's RendezvousServer on a fixed port (its `start()` binds a random one)."""
-    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
-    from horovod.runner.util.threads import in_thread
-
-    server = RendezvousServer(verbose)
     try:
-        httpd = RendezvousHTTPServer(("", port), RendezvousHandler, verbose)
+        return _horovod_private.rendezvous_server_on(port, verbose)
     except OSError as err:
         raise LaunchError(
             f"node 0 cannot serve the rendezvous on port {port}: {err.strerror}. Pick a free port and pass "
             f"the same --master ADDR:PORT to every node."
         ) from None
-    # The two attributes RendezvousServer.start() would set; init() and stop() use them as usual.
-    server._httpd = httpd
-    server._listen_thread = in_thread(target=httpd.serve_forever)
-    return server
 
 
 def stop_rendezvous(server: Any) -> None:
-    server.stop()
-    server._httpd.server_close()
+    _horovod_private.close_rendezvous_server(server)
 
 
 def gloo_interface(spec: NodeSpec, master_ip: str) -> str:
@@ -194,12 +186,9 @@ def worker_env(
     base: Mapping[str, str], slot: Any, master_ip: str, port: int, nics: Sequence[str]
 ) -> dict[str, str]:
     """A worker's environment: exactly what horovod.runner.gloo_run exports for a Gloo worker."""
-    from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
-
     env = dict(base)
     env["PYTHONUNBUFFERED"] = "1"  # gloo_run does the same, or output arrives in bursts
-    env.update({k: str(v) for k, v in create_run_env_vars(master_ip, list(nics), port).items()})
-    env.update(create_slot_env_vars(slot))
+    env.update(_horovod_private.gloo_worker_env(master_ip, nics, port, slot))
     return env
 
 
@@ -303,8 +292,6 @@ class NodeAgent:
 
     def rendezvous(self) -> list[Any]:
         """Register with node 0 and return this node's Horovod slots (SlotInfo) from node 0's plan."""
-        from horovod.runner.common.util.hosts import HostInfo, get_host_assignments
-
         spec = self.spec
         nonce = secrets.token_hex(8)
         me = {"hostname": socket.gethostname(), "nproc": spec.nproc_per_node, "nonce": nonce}
@@ -338,15 +325,13 @@ class NodeAgent:
             labels = [name if names.count(name) == 1 else f"{name}.node{r}" for r, name in enumerate(names)]
             plan = {"labels": labels, "nprocs": [n["nproc"] for n in registered]}
             plan["nonces"] = [n["nonce"] for n in registered]
-            slots = get_host_assignments(
-                [HostInfo(label, n) for label, n in zip(labels, plan["nprocs"])], sum(plan["nprocs"])
-            )
+            slots = _horovod_private.host_assignments(list(zip(labels, plan["nprocs"])), sum(plan["nprocs"]))
             self.server.init(slots)  # Horovod's scopes; this also clears the registrations
             self.client.put("plan", plan)
         else:
             plan = self._until(deadline, "receive the plan from node 0", lambda: self.client.get("plan"))
-            slots = get_host_assignments(
-                [HostInfo(label, n) for label, n in zip(plan["labels"], plan["nprocs"])], sum(plan["nprocs"])
+            slots = _horovod_private.host_assignments(
+                list(zip(plan["labels"], plan["nprocs"])), sum(plan["nprocs"])
             )
         if plan["nonces"][spec.node_rank] != nonce:
             raise LaunchError(
@@ -374,14 +359,16 @@ class NodeAgent:
 
     def _watch(self, worker: _Worker) -> None:
         """Forward the worker's output with Horovod's `[rank]<stdout>:` prefix; record its exit."""
-        from horovod.runner.common.util.safe_shell_exec import prefix_connection
-
         streams = [
             (worker.process.stdout, sys.stdout, "stdout"),
             (worker.process.stderr, sys.stderr, "stderr"),
         ]
         forwarders = [
-            threading.Thread(target=prefix_connection, args=(src, dst, name, worker.rank, False), daemon=True)
+            threading.Thread(
+                target=_horovod_private.forward_with_rank_prefix,
+                args=(src, dst, name, worker.rank),
+                daemon=True,
+            )
             for src, dst, name in streams
         ]
         for thread in forwarders:

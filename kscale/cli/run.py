@@ -22,7 +22,6 @@ Horovod's options are not redeclared: everything kscale does not know is passed 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -31,12 +30,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kscale import frameworks
+from kscale import _horovod_private, frameworks
 from kscale.cli import checks as checks_mod
 from kscale.cli import engines, exits, pernode, workers
 from kscale.cli import facts as facts_mod
@@ -123,17 +121,11 @@ def split_command(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
 def parse_horovod_args(tokens: Sequence[str]) -> argparse.Namespace:
     """Parse with Horovod's own parser, so every horovodrun option works as documented there."""
     try:
-        from horovod.runner import launch
+        return _horovod_private.parse_horovodrun_args(tokens)
     except ImportError as err:
         raise MissingDependencyError(
             f"kscale run needs Horovod, which is not importable ({err}). Install it: " + HOROVOD_INSTALL
         ) from err
-    saved = sys.argv
-    sys.argv = ["kscale run", *tokens]
-    try:
-        return launch.parse_args()
-    finally:
-        sys.argv = saved
 
 
 _PYTHON = re.compile(r"^python[0-9.]*$")
@@ -235,51 +227,11 @@ def preflight(args: argparse.Namespace, build: BuildInfo | None = None) -> tuple
     return hosts, build
 
 
-@contextlib.contextmanager
-def _spawn_without_main() -> Iterator[None]:
-    """Hide our __main__ from multiprocessing's spawn while Horovod starts workers.
-
-    horovodrun's Gloo mode starts one `safe_shell_exec` middleman per worker with spawn, and spawn
-    re-imports the parent's __main__ in each: for horovodrun a small script, for kscale the kscale
-    package, which imports TensorFlow (seconds of CPU and hundreds of MB per worker, for nothing).
-    """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
-
-
-@contextlib.contextmanager
-def _known_build(build: BuildInfo | None) -> Iterator[None]:
-    """Give Horovod's runner the answers our probe already has.
-
-    `run_controller` asks `gloo_built()` / `mpi_built()` again, and each answer forks a process that
-    imports TensorFlow. Horovod's own tests patch the same two names.
-    """
-    from horovod.runner import launch
-
-    if build is None or not build.tensorflow:
-        yield
-        return
-    saved = launch.gloo_built, launch.mpi_built
-    launch.gloo_built = lambda verbose=False: build.gloo
-    launch.mpi_built = lambda verbose=False: build.mpi
-    try:
-        yield
-    finally:
-        launch.gloo_built, launch.mpi_built = saved
-
-
 def launch_horovodrun(args: argparse.Namespace, build: BuildInfo | None = None) -> int:
     """Hand the parsed options to Horovod's runner; turn its failure into an exit status."""
-    from horovod.runner import launch
-
+    known = build is not None and build.tensorflow
     try:
-        with _spawn_without_main(), _known_build(build):
-            launch._run(args)
+        _horovod_private.run_horovodrun(args, build.gloo if known else None, build.mpi if known else None)
     except (RuntimeError, ValueError) as err:  # Horovod's way of saying a worker, ssh or a check failed
         message = str(err)
         print(f"kscale run: {message.strip()}", file=sys.stderr)
@@ -305,9 +257,7 @@ def _who_failed(args: argparse.Namespace, process: str) -> str:
     if not process.isdigit():
         return f"worker {process}"
     try:
-        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-
-        slots = get_host_assignments(parse_hosts(args.hosts), args.num_proc)
+        slots = _horovod_private.host_assignments(args.hosts, args.num_proc)
         host = next(slot.hostname for slot in slots if slot.rank == int(process))
     except Exception:  # elastic jobs move ranks between hosts: say what is known
         return f"rank {process}"
@@ -390,8 +340,6 @@ def run_pernode(
 ) -> int:
     """This node's part of a per-node launch. Horovod's parser still reads the options, so the tuning
     flags (--fusion-threshold-mb, --timeline-filename, ...) become the same env vars as with horovodrun."""
-    from horovod.runner.common.util import config_parser
-
     total = spec.nnodes * spec.nproc_per_node
     hvd = parse_horovod_args(["-np", str(total), *options, *command])
     if hvd.num_proc != total:
@@ -434,7 +382,7 @@ def run_pernode(
                 ),
             )
         )
-    env = config_parser.set_env_from_args({}, hvd)
+    env = _horovod_private.tuning_env(hvd)
     return pernode.launch(spec, hvd.command, {k: str(v) for k, v in env.items()})
 
 
