@@ -18,7 +18,7 @@ MATPLOTLIB_INSTALL = "pip install matplotlib (or pip install 'kscale[bench]')"
 def machine() -> dict[str, Any]:
     """What results are comparable by: cores, CPU, memory, GPUs, versions."""
     from kscale.bench.runner import cores
-    from kscale.cli.facts import probe_build
+    from kscale.launch.facts import probe_build
 
     build = probe_build(gpus=True)
     return {

@@ -4,7 +4,7 @@ status when a launch would fail.
 
 Give it what you are about to launch (`-H host1:2,host2:2`, or `--nnodes 2 --master ADDR:PORT` for a
 per-node launch) and it also checks names, routes, SSH and ports for that job. The checks live in
-`kscale.cli.checks`; this module only gathers the facts and prints.
+`kscale.launch.checks`; this module only gathers the facts and prints.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import argparse
 import sys
 from typing import Any
 
-from kscale.cli import checks, engines
-from kscale.cli.facts import BuildInfo, Intent, gather, probe_build
-from kscale.cli.hosts import parse_host_list, parse_hostfile
-from kscale.cli.pernode import parse_master
 from kscale.errors import KScaleError
+from kscale.launch import checks, engines
+from kscale.launch.facts import BuildInfo, Intent, gather, probe_build
+from kscale.launch.hosts import parse_host_list, parse_hostfile
+from kscale.launch.pernode import parse_master
 
 DESCRIPTION = "Check this host (and the job's hosts) for what breaks Horovod launches; print each fix."
 
@@ -99,7 +99,7 @@ def report(facts: Any, findings: list[checks.Finding]) -> str:
 
 
 def _engine(chosen: str | None) -> tuple[str | None, checks.Finding]:
-    """The engine the launch will use, and a line saying which (the lane decides it; kscale.cli.engines)."""
+    """The engine the launch will use, and a line saying which (the lane decides it; kscale.launch.engines)."""
     if chosen:
         return chosen, checks.Finding(checks.Level.INFO, "engine", f"{chosen} (--engine)")
     try:

@@ -62,8 +62,8 @@ def _keras_in_use() -> str:
 
 
 def _run_engine() -> str:
-    """What `kscale run -np N` would launch here (kscale.cli.engines decides without importing frameworks)."""
-    from kscale.cli import engines
+    """What `kscale run -np N` would launch here (kscale.launch.engines decides without importing frameworks)."""
+    from kscale.launch import engines
 
     try:
         return engines.default_engine()

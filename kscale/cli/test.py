@@ -13,10 +13,10 @@ import subprocess
 import sys
 from typing import Any, TextIO
 
-from kscale.cli import engines
-from kscale.cli.facts import BuildInfo
 from kscale.cli.run import add_launch_arguments, run_command, split_command
 from kscale.errors import LaunchError
+from kscale.launch import engines
+from kscale.launch.facts import BuildInfo
 from kscale.selftest.script import FAIL, PASS
 
 DESCRIPTION = "Check allreduce, broadcast and synchronous training on the launcher you will use."

@@ -9,8 +9,8 @@ import pytest
 import kscale
 import kscale.backends
 from kscale.cli import doctor, run
-from kscale.cli.facts import BuildInfo
 from kscale.cli.main import build_parser, main
+from kscale.launch.facts import BuildInfo
 
 GOOD_BUILD = BuildInfo(
     horovod_version="0.28.1", tensorflow_version="2.15.1", keras_version="2.15.0", tensorflow=True, gloo=True

@@ -151,10 +151,10 @@ def test_node_zero_notices_a_node_that_vanishes(small_script):
 def test_horovodrun_failures_name_the_rank_and_host(monkeypatch):
     import argparse
 
-    from kscale.cli import run
+    from kscale.launch import launcher
 
-    monkeypatch.setattr(run.socket, "gethostname", lambda: "thishost")
+    monkeypatch.setattr(launcher.socket, "gethostname", lambda: "thishost")
     args = argparse.Namespace(hosts="localhost:2,hostb:2", num_proc=4)
-    assert run._who_failed(args, "1") == "rank 1 on thishost"
-    assert run._who_failed(args, "3") == "rank 3 on hostb"
-    assert run._who_failed(args, "hostb[1]") == "local rank 1 on hostb"  # the elastic driver's name
+    assert launcher._who_failed(args, "1") == "rank 1 on thishost"
+    assert launcher._who_failed(args, "3") == "rank 3 on hostb"
+    assert launcher._who_failed(args, "hostb[1]") == "local rank 1 on hostb"  # the elastic driver's name

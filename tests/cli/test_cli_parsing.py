@@ -6,10 +6,11 @@ import argparse
 
 import pytest
 
-from kscale.cli import pernode
 from kscale.cli.main import build_parser, main
-from kscale.cli.run import check_command, node_spec, parse_horovod_args, split_command
+from kscale.cli.run import split_command
 from kscale.errors import LaunchError
+from kscale.launch import pernode
+from kscale.launch.launcher import check_command, node_spec, parse_horovod_args
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -1,4 +1,4 @@
-"""kscale.cli.engines: what each worker's environment says to join a TF multi-worker or a JAX job."""
+"""kscale.launch.engines: what each worker's environment says to join a TF multi-worker or a JAX job."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kscale.cli import engines
 from kscale.errors import LaunchError
 from kscale.frameworks import KerasInfo
+from kscale.launch import engines
 
 
 def test_jax_workers_get_keras_distribution_variables():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kscale import environment
-from kscale.cli import workers
+from kscale.launch import workers
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 
@@ -122,6 +122,37 @@ def test_a_failing_worker_ends_the_local_job_with_its_status():
     )
     assert done.returncode == 7
     assert "rank 1 on " in done.stderr and "exited with status 7" in done.stderr
+
+
+@pytest.mark.parametrize("engine", ["jax", "tf"])
+def test_the_python_api_launches_what_kscale_run_launches(engine):
+    """kscale.launch.run(...) from a script: the workers, their variables, their output, the status."""
+    launch = (
+        "import sys, kscale.launch\n"
+        f"sys.exit(kscale.launch.run([sys.executable, '-c', {SHOW!r}], num_proc=2, engine={engine!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", launch], env=_clean_env(), capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = _seen(done.stdout)
+    assert [s["KSCALE_LOCAL_RANK"] for s in sorted(seen, key=lambda s: s["KSCALE_LOCAL_RANK"])] == ["0", "1"]
+    if engine == "jax":
+        assert sorted(s["KERAS_DISTRIBUTION_PROCESS_ID"] for s in seen) == ["0", "1"]
+    else:
+        tasks = sorted(json.loads(s["TF_CONFIG"])["task"]["index"] for s in seen)
+        assert tasks == [0, 1]
+    assert "[1]<stdout>:ENV" in done.stdout  # output prefixed by the rank, as kscale run does
+
+
+def test_the_python_api_raises_what_kscale_run_prints(tmp_path):
+    import kscale.launch
+    from kscale.errors import LaunchError
+
+    with pytest.raises(LaunchError, match=r"training script 'missing\.py' not found"):
+        kscale.launch.run(["python", "missing.py"], num_proc=2, engine="jax")
+    with pytest.raises(LaunchError, match="'--gloo' is a horovodrun option"):
+        kscale.launch.run(["python", "-c", "0"], num_proc=2, engine="tf", horovod_options=["--gloo"])
 
 
 def test_horovodrun_options_are_refused_by_the_jax_engine():

@@ -1,4 +1,4 @@
-"""kscale.cli.workers: this node's worker processes; the first failure ends the job and says who and how."""
+"""kscale.launch.workers: this node's worker processes; the first failure ends the job and says who and how."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kscale.cli import workers
+from kscale.launch import workers
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
@@ -46,7 +46,7 @@ def test_free_ports_are_distinct():
 
 
 def test_exit_statuses_read_as_launchers_mean_them():
-    from kscale.cli.exits import describe_exit, describe_status
+    from kscale.launch.exits import describe_exit, describe_status
 
     assert describe_exit(-9) == "was killed by SIGKILL"
     assert describe_status(137) == "was killed by SIGKILL (exit status 137)"  # horovodrun's 128 + 9

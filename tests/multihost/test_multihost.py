@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kscale.cli import engines
+from kscale.launch import engines
 
 MASTER = "10.99.0.1:29400"
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kscale.cli.workers import free_ports
+from kscale.launch.workers import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

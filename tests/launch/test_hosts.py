@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kscale.cli.hosts import (
+from kscale.errors import LaunchError
+from kscale.launch.hosts import (
     Host,
     expand_slurm_nodelist,
     format_hosts,
@@ -12,7 +13,6 @@ from kscale.cli.hosts import (
     parse_hostfile,
     total_slots,
 )
-from kscale.errors import LaunchError
 
 
 def test_host_list_as_horovodrun_takes_it():

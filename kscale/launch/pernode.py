@@ -41,10 +41,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from kscale import _horovod_private
-from kscale.cli.exits import describe_status
-from kscale.cli.facts import local_interfaces, resolve_ipv4, source_address_for
-from kscale.cli.hosts import expand_slurm_nodelist
 from kscale.errors import LaunchError
+from kscale.launch.exits import describe_status
+from kscale.launch.facts import local_interfaces, resolve_ipv4, source_address_for
+from kscale.launch.hosts import expand_slurm_nodelist
 
 DEFAULT_PORT = 29400
 SCOPE = "kscale"

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Iterable
 
-from kscale.cli.facts import HOROVOD_INSTALL, Facts, is_loopback
+from kscale.launch.facts import HOROVOD_INSTALL, Facts, is_loopback
 
 
 class Level(str, enum.Enum):

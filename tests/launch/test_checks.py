@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from kscale.cli import checks
-from kscale.cli.checks import Level
-from kscale.cli.facts import BuildInfo, Facts, Intent, Route, SSHResult
-from kscale.cli.hosts import Host
+from kscale.launch import checks
+from kscale.launch.checks import Level
+from kscale.launch.facts import BuildInfo, Facts, Intent, Route, SSHResult
+from kscale.launch.hosts import Host
 
 GOOD_BUILD = BuildInfo(
     horovod_version="0.28.1", tensorflow_version="2.15.1", keras_version="2.15.0", tensorflow=True, gloo=True

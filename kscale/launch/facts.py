@@ -1,7 +1,7 @@
 """What kscale knows about this machine before a launch: the facts that `doctor` and `run`'s preflight judge.
 
 Gathering (which touches the system: sockets, ssh, a subprocess that imports TensorFlow) is kept apart
-from judging (`kscale.cli.checks`, pure functions over a `Facts`), so tests fake any machine by building
+from judging (`kscale.launch.checks`, pure functions over a `Facts`), so tests fake any machine by building
 a `Facts` by hand.
 """
 
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from kscale import _optional
-from kscale.cli.hosts import Host
+from kscale.launch.hosts import Host
 
 HOROVOD_INSTALL = _optional.HOROVOD_INSTALL
 
@@ -121,7 +121,7 @@ class Intent:
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
     nics: tuple[str, ...] = ()
-    #: The engine that will run the job (kscale.cli.engines): Gloo's and MPI's needs are Horovod's only.
+    #: The engine that will run the job (kscale.launch.engines): Gloo's and MPI's needs are Horovod's only.
     engine: str = "horovod"
 
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from kscale.cli.exits import describe_exit
-from kscale.cli.pernode import start_process, stop_processes
+from kscale.launch.exits import describe_exit
+from kscale.launch.pernode import start_process, stop_processes
 
 POLL_S = 0.1
 

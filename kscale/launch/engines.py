@@ -1,6 +1,6 @@
 """The engines `kscale run` launches, and what each worker's environment must say to join its job.
 
-- horovod: Horovod's own runner (kscale.cli.run, kscale.cli.pernode);
+- horovod: Horovod's own runner (kscale.cli.run, kscale.launch.pernode);
 - tf: TensorFlow's MultiWorkerMirroredStrategy, one TF_CONFIG per worker (tf.keras: lanes A and B);
 - jax: Keras 3 on JAX, keras.distribution.initialize()'s KERAS_DISTRIBUTION_* variables (lane C).
 
