@@ -2,7 +2,9 @@
 
 This is the only module that reads the launcher's environment variables. Each launcher is one small
 class with a static ``detect()``; the first one that matches wins, like Lightning Fabric's cluster
-environments. Values are computed once per process (``current()``); tests call ``reset()``.
+environments. Values are computed once per process (``current()``); tests call ``reset()``. The variables
+`kscale run` gives the workers it starts (TF_CONFIG, keras.distribution's) are written here too, by the
+class that reads them (``worker_variables``): the launch contract is in this one module.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import os
 from collections.abc import Mapping
 
-from kscale.errors import EnvironmentDetectionError
+from kscale.errors import EnvironmentDetectionError, LaunchError
 
 #: Prefixes of the variables that tell a process its place in a job, for every launcher kscale knows: a
 #: worker must not inherit them from a surrounding job (kscale run's tf and jax engines drop them).
@@ -97,6 +99,41 @@ def _first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> 
         if name in env:
             return _int(env, name)
     return default
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where one node's workers sit in a job `kscale run` starts (what `worker_variables` tells them)."""
+
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    master_addr: str  # node 0's address (JAX's coordinator runs in node 0's first worker)
+    master_port: int
+    hosts: tuple[str, ...] = ()  # every node's address, in node-rank order (TF_CONFIG, several nodes)
+    ports: tuple[int, ...] = ()  # one port per worker of a one-node job (picked free); else master port + i
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    def global_rank(self, local_rank: int) -> int:
+        return self.node_rank * self.nproc_per_node + local_rank
+
+
+def worker_variables(launcher: Launcher, layout: Layout, local_rank: int) -> dict[str, str]:
+    """The variables a worker that `kscale run` starts gets to join its job as `launcher`'s: written here,
+    beside the detector that reads them back in the worker (the launch contract, in one place)."""
+    writers = {d.launcher: d for d in (TFConfigDetector, KerasDistributionDetector)}
+    if launcher not in writers:
+        raise LaunchError(
+            f"kscale starts workers as TF_CONFIG or keras.distribution ones, not {launcher.value}"
+        )
+    return {
+        "KSCALE_LOCAL_RANK": str(local_rank),
+        "KSCALE_LOCAL_SIZE": str(layout.nproc_per_node),
+        **writers[launcher].variables(layout, local_rank),
+    }
 
 
 class _Detector:
@@ -228,6 +265,30 @@ class TFConfigDetector(_Detector):
             tf_config=config,
         )
 
+    @classmethod
+    def variables(cls, layout: Layout, local_rank: int) -> dict[str, str]:
+        cluster = {"worker": cls.workers(layout)}
+        task = {"type": "worker", "index": layout.global_rank(local_rank)}
+        return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
+
+    @staticmethod
+    def workers(layout: Layout) -> list[str]:
+        """Every worker's host:port: node r's workers on its address, at the master port and the ones after."""
+        if layout.nnodes > 1 and len(layout.hosts) != layout.nnodes:
+            raise LaunchError(
+                f"the tf engine on {layout.nnodes} nodes needs every node's address, in node-rank order: add "
+                f"-H node0,node1,... ({layout.nnodes} names) to every node's kscale run (TF_CONFIG lists each "
+                "worker's host:port, and a node cannot learn the others' addresses from --master alone)."
+            )
+        if layout.ports:
+            return [f"{layout.master_addr}:{port}" for port in layout.ports]
+        hosts = layout.hosts or (layout.master_addr,)
+        return [
+            f"{hosts[node]}:{layout.master_port + local}"
+            for node in range(layout.nnodes)
+            for local in range(layout.nproc_per_node)
+        ]
+
 
 class KerasDistributionDetector(_Detector):
     """Keras 3's `keras.distribution.initialize()` variables (JAX multi-process), as kscale run sets them.
@@ -253,6 +314,14 @@ class KerasDistributionDetector(_Detector):
             local_size=_first_int(env, ("KSCALE_LOCAL_SIZE",), 1),
             coordinator=addresses.split(",")[0].strip() or None,
         )
+
+    @staticmethod
+    def variables(layout: Layout, local_rank: int) -> dict[str, str]:
+        return {
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"{layout.master_addr}:{layout.master_port}",
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": str(layout.world_size),
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(layout.global_rank(local_rank)),
+        }
 
 
 def _host_of(address: str) -> str:

@@ -12,8 +12,6 @@ variables, without importing a framework: the launcher must start fast.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 
 from kscale import environment, frameworks
@@ -36,24 +34,13 @@ def default_engine() -> str:
     return "horovod" if frameworks.is_installed("horovod") else "tf"
 
 
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """Where this node's workers sit in the job."""
-
-    nnodes: int
-    node_rank: int
-    nproc_per_node: int
-    master_addr: str  # node 0's address (JAX's coordinator runs in node 0's first worker)
-    master_port: int
-    hosts: tuple[str, ...] = ()  # every node's address, in node-rank order (tf engine, several nodes)
-    ports: tuple[int, ...] = ()  # one port per worker of a one-node job (picked free); else master port + i
-
-    @property
-    def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node
-
-    def global_rank(self, local_rank: int) -> int:
-        return self.node_rank * self.nproc_per_node + local_rank
+#: The launcher each engine starts its workers as: what environment.detect() finds in them.
+LAUNCHERS = {
+    "horovod": environment.Launcher.HOROVOD,
+    "tf": environment.Launcher.TF_CONFIG,
+    "jax": environment.Launcher.KERAS_DISTRIBUTION,
+}
+Layout = environment.Layout
 
 
 def worker_envs(engine: str, layout: Layout, base: Mapping[str, str]) -> dict[int, dict[str, str]]:
@@ -62,9 +49,7 @@ def worker_envs(engine: str, layout: Layout, base: Mapping[str, str]) -> dict[in
     envs = {}
     for local in range(layout.nproc_per_node):
         env = dict(inherited)
-        env.update(
-            PYTHONUNBUFFERED="1", KSCALE_LOCAL_RANK=str(local), KSCALE_LOCAL_SIZE=str(layout.nproc_per_node)
-        )
+        env["PYTHONUNBUFFERED"] = "1"
         env.update(_engine_env(engine, layout, local))
         if engine == "jax" and layout.nproc_per_node > 1:
             # JAX takes every GPU it sees: one GPU per local worker (as kscale pins them for TensorFlow).
@@ -76,39 +61,14 @@ def worker_envs(engine: str, layout: Layout, base: Mapping[str, str]) -> dict[in
 
 
 def _engine_env(engine: str, layout: Layout, local: int) -> dict[str, str]:
+    if engine not in ("tf", "jax"):
+        raise LaunchError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.")
+    env = environment.worker_variables(LAUNCHERS[engine], layout, local)
     if engine == "jax":
-        return {
-            "KERAS_BACKEND": "jax",
-            "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"{layout.master_addr}:{layout.master_port}",
-            "KERAS_DISTRIBUTION_NUM_PROCESSES": str(layout.world_size),
-            "KERAS_DISTRIBUTION_PROCESS_ID": str(layout.global_rank(local)),
-        }
-    if engine == "tf":
-        cluster = {"worker": tf_workers(layout)}
-        task = {"type": "worker", "index": layout.global_rank(local)}
-        env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
-        if frameworks.legacy_keras_needed():
-            env["TF_USE_LEGACY_KERAS"] = "1"  # Keras 3 cannot run MultiWorkerMirroredStrategy's fit
-        return env
-    raise LaunchError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.")
-
-
-def tf_workers(layout: Layout) -> list[str]:
-    """Every worker's host:port: node r's workers on its address, at the master port and the ones after it."""
-    if layout.nnodes > 1 and len(layout.hosts) != layout.nnodes:
-        raise LaunchError(
-            f"the tf engine on {layout.nnodes} nodes needs every node's address, in node-rank order: add "
-            f"-H node0,node1,... ({layout.nnodes} names) to every node's kscale run (TF_CONFIG lists each "
-            "worker's host:port, and a node cannot learn the others' addresses from --master alone)."
-        )
-    if layout.ports:
-        return [f"{layout.master_addr}:{port}" for port in layout.ports]
-    hosts = layout.hosts or (layout.master_addr,)
-    return [
-        f"{hosts[node]}:{layout.master_port + local}"
-        for node in range(layout.nnodes)
-        for local in range(layout.nproc_per_node)
-    ]
+        env["KERAS_BACKEND"] = "jax"
+    elif frameworks.legacy_keras_needed():
+        env["TF_USE_LEGACY_KERAS"] = "1"  # Keras 3 cannot run MultiWorkerMirroredStrategy's fit
+    return env
 
 
 def forbidden_options(engine: str, options: Sequence[str]) -> None:

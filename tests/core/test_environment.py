@@ -285,3 +285,16 @@ def test_keras_backend_and_home():
     env = detect({"KERAS_BACKEND": "jax", "KERAS_HOME": "/opt/keras"})
     assert (env.keras_backend, env.keras_home) == ("jax", "/opt/keras")
     assert (detect({}).keras_backend, detect({}).keras_home) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "launcher", [environment.Launcher.TF_CONFIG, environment.Launcher.KERAS_DISTRIBUTION]
+)
+def test_what_kscale_run_writes_for_a_worker_is_what_the_worker_reads(launcher):
+    """The launch contract both ways: every worker of a 2-node x 2-worker layout detects its own place."""
+    layout = environment.Layout(2, 1, 2, "10.0.0.1", 7000, hosts=("10.0.0.1", "10.0.0.2"))
+    for local in range(2):
+        seen = environment.detect(environment.worker_variables(launcher, layout, local))
+        assert seen.launcher is launcher
+        assert (seen.rank, seen.world_size) == (layout.global_rank(local), 4)
+        assert (seen.local_rank, seen.local_size) == (local, 2)
