@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from kscale import environment
-from kscale.cli.workers import free_ports
+from kscale.launch.workers import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "benchmarks" / "workers" / "killable.py"

@@ -136,8 +136,12 @@ def test_distribute_in_one_process_imports_no_horovod_and_no_jax():
         model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
         model.compile(optimizer="sgd", loss="mse")
         kscale.distribute(model, print_plan=False)
+        model.fit(tf.zeros((4, 3)), tf.zeros((4, 1)), verbose=0)
         loaded = [m for m in ("horovod", "jax") if m in sys.modules]
         assert not loaded, loaded
+        # Training carries only what training needs: not the launcher, the command line or the benchmark.
+        tools = [m for m in sys.modules if m.startswith(("kscale.launch", "kscale.cli", "kscale.bench"))]
+        assert not tools, tools
         print("ok")
         """
     )
