@@ -1,8 +1,7 @@
-"""What the tf.distribute backends share (mirrored and multi_worker for tf.keras, mirrored for Keras 3 on
-TensorFlow): build the model in the strategy's scope and feed the strategy a distributed dataset.
-
-A mixin: the Keras family class beside it (TFKerasBackend, Keras3Backend) supplies `rebuild_in`,
-`fresh_compile_args` and `clone_optimizer` for its kind of model.
+"""What the tf.distribute backends share (mirrored and multi_worker, for tf.keras and for Keras 3 on
+TensorFlow): build the model in the strategy's scope and feed the strategy a distributed dataset. What the
+model's Keras decides (rebuilding it, fresh compile arguments, the optimizer) is asked of the backend's
+family (`self.family`).
 """
 
 from __future__ import annotations
@@ -18,16 +17,15 @@ import tensorflow as tf
 
 from kscale import _keras_private, sharding, tf_data
 from kscale.backends import _replica_mean
-from kscale.backends.base import OneProcess, log_value
-from kscale.callbacks import for_this_worker
+from kscale.backends.base import Backend, log_value
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError
 
 
-class StrategyMixin:
+class StrategyBackend(Backend):
     """A backend whose replicas are driven by one `tf.distribute.Strategy` per process."""
 
-    def __init__(self, env, devices=None):
+    def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)
         self._strategy: tf.distribute.Strategy | None = None
 
@@ -114,6 +112,8 @@ class StrategyMixin:
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
+        if request.evaluation and self.evaluates_on_copy():  # this process's copy: fed as one process is
+            return super().feed(x, y, sample_weight, request)
         part = tf_data.worker_part(x, y, sample_weight, request)
         if part.kind == "other":
             return sharding.one_process_feed(part, request)
@@ -157,15 +157,8 @@ class StrategyMixin:
         distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
         return sharding.Feed(distributed, steps=steps, notes=list(part.notes), epoch_steps=steps)
 
-    def user_callbacks(self, callbacks: list) -> list:
-        # Under a multi-worker strategy, these save through collectives and must run on every worker
-        # (TensorFlow sends the other workers' copies to scratch folders and deletes them).
-        kinds = self.keras_module().callbacks
-        everywhere = (kinds.TensorBoard, kinds.BackupAndRestore) if self.num_workers > 1 else ()
-        return for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
 
-
-class MultiWorker(StrategyMixin):
+class MultiWorker(StrategyBackend):
     """`tf.distribute.MultiWorkerMirroredStrategy` across the processes TF_CONFIG (or SLURM) names, one or
     more devices each (the same for tf.keras and Keras 3 on TensorFlow)."""
 
@@ -204,8 +197,10 @@ class MultiWorker(StrategyMixin):
             ) from err
 
 
-class OneHostMirrored(OneProcess, StrategyMixin):
+class OneHostMirrored(StrategyBackend):
     """`tf.distribute.MirroredStrategy` over this process's devices (the same for tf.keras and Keras 3)."""
+
+    one_process = True
 
     @classmethod
     def detect(cls, env: Environment) -> bool:

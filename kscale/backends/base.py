@@ -1,7 +1,10 @@
 """The seam every backend fits behind: devices, the model and its optimizer, data, callbacks, results, files.
 
 `kscale.distribute()` and the methods it gives the model ask the backend for everything that differs
-between ways of running; nothing outside `kscale/backends/` asks which backend it is.
+between ways of running; nothing outside `kscale/backends/` asks which backend it is. A backend is a way
+of running (one process, a strategy, Horovod, keras.distribution); the Keras its models come from is an
+object it holds, `self.family` (kscale/keras2/family.py or kscale/keras3/family.py), and what only the
+model's Keras decides (rebuilding, the optimizer, feeding one process, callbacks) is asked of it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kscale import checkpoint_io
+from kscale import checkpoint_io, sharding
 from kscale.environment import Environment
 
 
@@ -27,24 +30,40 @@ class Backend(abc.ABC):
     """One way of running a Keras model on one or more replicas."""
 
     name: ClassVar[str]
-    #: The Keras generation it trains: 2 (tf.keras) or 3 (Keras 3).
-    keras_generation: ClassVar[int]
+    #: The Keras family it trains (kscale.keras2.family.Keras2Family or kscale.keras3.family.Keras3Family):
+    #: each backend holds one, `self.family`, and hands itself to the methods that need it.
+    Family: ClassVar[type]
     #: This backend's own `distribute()` options: a frozen dataclass that checks its values itself.
     Options: ClassVar[type] = NoOptions
     #: Created by `import kscale` under its launcher, because it must exist before the first operation.
     create_at_import: ClassVar[bool] = False
     #: Saving involves every worker (a collective inside), so all save and the others' copies are scratch.
     saves_are_collective: ClassVar[bool] = False
-    #: The Keras family's scaled learning rate (kscale.learning_rate.ScaledRates of kscale.keras2 or
-    #: kscale.keras3): its scaled(), unscaled(), describe() and set_warmup_steps() serve every backend.
-    learning_rates: ClassVar[Any]
-    #: Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing is
-    #: dropped, and `reduce_results` combines the workers' metric states once at the end.
-    uneven_evaluation: ClassVar[bool] = False
+    #: Runs in this one process, whatever the launcher's environment says (one worker, rank 0).
+    one_process: ClassVar[bool] = False
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
         self.requested_devices = devices
+        self.family = self.Family()
+
+    @property
+    def keras_generation(self) -> int:
+        """The Keras generation it trains: 2 (tf.keras) or 3 (Keras 3)."""
+        return self.family.generation
+
+    @property
+    def learning_rates(self) -> Any:
+        """The family's scaled learning rate (kscale.learning_rate.ScaledRates): scaled(), unscaled(),
+        describe() and set_warmup_steps()."""
+        return self.family.learning_rates
+
+    @property
+    def uneven_evaluation(self) -> bool:
+        """Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing
+        is dropped, and `reduce_results` combines the workers' metric states once at the end. The family's
+        answer, unless the backend's class says otherwise (where it evaluates on a copy)."""
+        return self.family.uneven_evaluation
 
     # -- when it applies, and how big the world is --------------------------------------------------------
     @classmethod
@@ -57,11 +76,11 @@ class Backend(abc.ABC):
 
     @property
     def num_workers(self) -> int:
-        return self.env.world_size
+        return 1 if self.one_process else self.env.world_size
 
     @property
     def worker_index(self) -> int:
-        return self.env.rank
+        return 0 if self.one_process else self.env.rank
 
     @property
     def num_replicas(self) -> int:
@@ -88,10 +107,9 @@ class Backend(abc.ABC):
         """Context in which models are built for this backend (a strategy scope, or nothing)."""
         return contextlib.nullcontext()
 
-    @staticmethod
-    @abc.abstractmethod
-    def keras_module() -> Any:
+    def keras_module(self) -> Any:
         """The Keras this backend's models come from (tf.keras, or Keras 3's `keras`)."""
+        return self.family.keras_module()
 
     def chief_only_callback_types(self) -> tuple[type, ...]:
         """Callbacks that write files or print progress: where every worker runs fit, each would write them.
@@ -112,30 +130,39 @@ class Backend(abc.ABC):
         return []
 
     # -- the model ------------------------------------------------------------------------------------------
-    @abc.abstractmethod
     def check_model(self, model: Any) -> None:
         """Raise a ModelError unless `model` is a built, compiled model this backend can train."""
+        self.family.check_model(model)
 
     def place_model(self, model: Any) -> Any:
         """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
         return model
 
     def build_on_first_batch(self, model: Any, x: Any) -> None:
-        """Build a model that has no weights yet (no input shape) from the first batch of `x`, where this
-        backend needs its weights before Keras would create them, with the same values on every worker.
-        Nothing here: Keras builds it on its first batch, inside the scope its fit enters."""
+        """Build a model that has no weights yet (no input shape) from the first batch of `x`, where the
+        family needs its weights before Keras would create them, with the same values on every worker."""
+        self.family.build_on_first_batch(self, model, x)
 
-    @abc.abstractmethod
+    def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
+        """The same model built in `owner.scope()` (a strategy or a keras.distribution), with its weights
+        (or `weights`)."""
+        return self.family.rebuild_in(model, owner, weights)
+
+    def fresh_compile_args(self, args: dict) -> dict:
+        """compile() arguments whose loss and metric objects are new instances (created where used)."""
+        return self.family.fresh_compile_args(args)
+
     def is_optimizer(self, value: Any) -> bool:
         """Whether `value` is an optimizer of this Keras family (one the model holds as an attribute)."""
+        return self.family.is_optimizer(value)
 
-    @abc.abstractmethod
     def resolve_optimizer(self, optimizer: Any) -> Any:
         """An optimizer object for what compile() accepts (an object, or a name such as 'adam')."""
+        return self.family.resolve_optimizer(optimizer)
 
-    @abc.abstractmethod
     def learning_rate_of(self, optimizer: Any) -> Any:
         """The optimizer's learning rate as the user gave it: a float or a schedule."""
+        return self.family.learning_rate_of(optimizer)
 
     def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
         """`rate` × `factor`, ramped up from `rate` when `warmup` (the steps are set when fit starts)."""
@@ -155,27 +182,33 @@ class Backend(abc.ABC):
         """Compile with `optimizer` (its rate replaced by `learning_rate` unless None) as this backend trains."""
         compile_fn(optimizer=self.optimizer_for(optimizer, learning_rate, options), **args)
 
-    @abc.abstractmethod
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         """The optimizer compile() gets: the user's (with the new rate) and whatever this backend wraps it in."""
+        return self.family.optimizer_for(optimizer, learning_rate, options)
+
+    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        """A new optimizer of the same class and settings with `learning_rate`."""
+        return self.family.clone_optimizer(optimizer, learning_rate, options)
 
     def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
         """Give the model's newly compiled optimizer the state (steps, slots) of the one it replaced."""
+        self.family.carry_optimizer_state(self, old_optimizer, model)
 
     def rate_factor_variable(self, optimizer: Any, factor: float) -> Any:
         """A variable on the compiled optimizer holding the factor its rate is scaled by, saved with it in
         checkpoints of the optimizer's variables: a restore then rescales the rate for this world size.
-        None where this backend has none (the rate is then restored as saved)."""
-        return None
+        None where the family has none (the rate is then restored as saved)."""
+        return self.family.rate_factor_variable(self, optimizer, factor)
 
     def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
         """Set the warmup length on a rate from scaled_learning_rate(); False if it has no warmup."""
         return self.learning_rates.set_warmup_steps(learning_rate, steps)
 
     # -- data -------------------------------------------------------------------------------------------------
-    @abc.abstractmethod
     def feed(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
-        """This worker's part of the data, in the form the model's own fit/evaluate take (a data.Feed)."""
+        """This worker's part of the data, in the form the model's own fit/evaluate take (a sharding.Feed):
+        here as one process takes it, the part cut as the family cuts it."""
+        return sharding.one_process_feed(self.family.worker_part(x, y, sample_weight, request), request)
 
     def predict_batch_size(self, per_replica: int) -> int:
         """The batch predict() runs with on this worker for a per-replica batch."""
@@ -186,9 +219,9 @@ class Backend(abc.ABC):
         """Callbacks this backend itself needs during fit (broadcasting weights, averaging metrics)."""
         return []
 
-    @abc.abstractmethod
     def user_callbacks(self, callbacks: list) -> list:
         """The user's callbacks as this worker runs them: the same objects, or ones that forward to them."""
+        return self.family.user_callbacks(self, callbacks)
 
     def callbacks(self, user_callbacks: list) -> list:
         """What this worker's fit runs: the backend's own first (weights are broadcast and metrics averaged
@@ -209,9 +242,28 @@ class Backend(abc.ABC):
         self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict
     ) -> dict:
         """Keras' evaluate (`arguments` ask for a dict) on this worker's part, its numbers combined over
-        workers (`reduce_results`). `compile_args` (loss, metrics...) are the model's, for backends that
-        evaluate on a copy of it."""
+        workers (`reduce_results`); or, where this backend `evaluates_on_copy`, the family's evaluation on
+        this process's copy of the model compiled with `compile_args` (loss, metrics...)."""
+        if self.evaluates_on_copy():
+            return self.family.evaluate_on_copy(self, model, arguments, compile_args)
         return self.reduce_results(model, keras_evaluate(**arguments))
+
+    def evaluates_on_copy(self) -> bool:
+        """Whether evaluate() runs on this process's own copy of the model: where Keras' own distributed
+        evaluate loses or miscounts samples (Keras 3 under a strategy or keras.distribution)."""
+        return False
+
+    def outside_distribution(self) -> contextlib.AbstractContextManager:
+        """Where Keras objects are built and run on this process's devices only."""
+        return contextlib.nullcontext()
+
+    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
+        """The metric state `variables` of this process's copy, combined over processes (one process: as is)."""
+        return [np.asarray(v.numpy()) for v in variables]
+
+    def averaged_numbers(self, values: list[float]) -> list[float]:
+        """Numbers of this process's copy that are no metric's result, averaged over processes."""
+        return values
 
     def check_batch(self, arrays: list) -> None:
         """train_on_batch / test_on_batch: a ModelError or DataError where this backend cannot take the
@@ -318,15 +370,3 @@ def log_value(value: Any) -> Any:
     """A metric's result as Keras' logs hold it: a Python float for a scalar, else a numpy array."""
     array = np.asarray(value)
     return array.item() if array.ndim == 0 else array
-
-
-class OneProcess:
-    """Mixin for backends that run in a single process, whatever the launcher's environment says."""
-
-    @property
-    def num_workers(self) -> int:
-        return 1
-
-    @property
-    def worker_index(self) -> int:
-        return 0

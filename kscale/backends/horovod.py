@@ -10,12 +10,12 @@ import numpy as np
 import tensorflow as tf
 
 from kscale import _horovod_private, _optional, sharding
-from kscale.backends._tf_keras import TFKerasBackend
-from kscale.backends.base import results_from_states
+from kscale.backends.base import Backend, results_from_states
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
 from kscale.keras2 import rebuild
+from kscale.keras2.family import Keras2Family
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +54,9 @@ class HorovodOptions:
             raise OptionError(f"split_predict={self.split_predict!r} must be True or False.")
 
 
-class HorovodBackend(TFKerasBackend):
+class HorovodBackend(Backend):
     name = "horovod"
+    Family = Keras2Family
     Options = HorovodOptions
 
     def __init__(self, env: Environment, devices: list[str] | None = None):

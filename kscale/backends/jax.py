@@ -17,20 +17,23 @@ import jax
 import keras
 import numpy as np
 
-from kscale.backends._keras3 import Keras3Backend
+from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
+from kscale.keras3.family import Keras3Family, Keras3Options
 
 
-class JaxBackend(Keras3Backend):
+class JaxBackend(Backend):
     name = "jax"
+    Family = Keras3Family
+    Options = Keras3Options
     # Variables created under the distribution live on every process's devices; set at `import kscale`,
     # so that models built afterwards are created there, with the same values everywhere.
     create_at_import = True
     # Under a multi-process keras.distribution every new Keras variable is a collective (JAX checks that
     # its value is the same everywhere), and Keras' save creates one: every process saves.
     saves_are_collective = True
-    # Evaluation across processes runs on each process's own copy of the model (Keras3Backend.evaluate).
+    # Evaluation across processes runs on each process's own copy of the model (Keras3Family.evaluate_on_copy).
     uneven_evaluation = True
 
     def __init__(self, env: Environment, devices: list[str] | None = None):

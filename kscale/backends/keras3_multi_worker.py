@@ -13,12 +13,16 @@ from typing import Any
 import numpy as np
 
 from kscale import _keras_private
-from kscale.backends._keras3 import EvaluatesOnCopy, Keras3Backend
 from kscale.backends._strategy import MultiWorker, sum_over_replicas
+from kscale.keras3.family import Keras3Family, Keras3Options
 
 
-class Keras3MultiWorkerBackend(EvaluatesOnCopy, MultiWorker, Keras3Backend):
+class Keras3MultiWorkerBackend(MultiWorker):
     name = "multi_worker"
+    Family = Keras3Family
+    Options = Keras3Options
+    # Evaluation runs on this process's copy of the model (evaluates_on_copy), fed its whole part.
+    uneven_evaluation = True
 
     def keras_steps(self) -> contextlib.AbstractContextManager:
         return _keras_private.keras3_multi_worker_fixed()
@@ -28,11 +32,6 @@ class Keras3MultiWorkerBackend(EvaluatesOnCopy, MultiWorker, Keras3Backend):
     ) -> Any:
         with _keras_private.keras3_multi_worker_fixed():
             return super().predict(model, method, keras_method, arguments, options)
-
-    def user_callbacks(self, callbacks: list) -> list:
-        # Keras 3's callbacks write with plain file operations: the chief's alone (not TensorFlow's
-        # collective writers, which every tf.keras worker runs).
-        return Keras3Backend.user_callbacks(self, callbacks)
 
     def evaluates_on_copy(self) -> bool:
         # Keras 3's evaluate under the strategy takes equal batches from every replica: parts that no

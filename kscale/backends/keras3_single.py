@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from kscale.backends._keras3 import Keras3Backend
-from kscale.backends.base import OneProcess
+from kscale.backends.base import Backend
 from kscale.environment import Environment
+from kscale.keras3.family import Keras3Family, Keras3Options
 
 
-class Keras3SingleBackend(OneProcess, Keras3Backend):
+class Keras3SingleBackend(Backend):
     name = "single"
+    Family = Keras3Family
+    Options = Keras3Options
+    one_process = True
 
     @classmethod
     def detect(cls, env: Environment) -> bool:

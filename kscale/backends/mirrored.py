@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from kscale.backends._strategy import OneHostMirrored
-from kscale.backends._tf_keras import TFKerasBackend
+from kscale.keras2.family import Keras2Family
 
 
-class MirroredBackend(OneHostMirrored, TFKerasBackend):
+class MirroredBackend(OneHostMirrored):
     name = "mirrored"
+    Family = Keras2Family

@@ -6,12 +6,13 @@ import numpy as np
 
 from kscale import agreement
 from kscale.backends._strategy import MultiWorker
-from kscale.backends._tf_keras import TFKerasBackend
 from kscale.errors import DataError
+from kscale.keras2.family import Keras2Family
 
 
-class MultiWorkerBackend(MultiWorker, TFKerasBackend):
+class MultiWorkerBackend(MultiWorker):
     name = "multi_worker"
+    Family = Keras2Family
 
     def check_batch(self, arrays: list) -> None:
         """tf.keras' train_on_batch under this strategy takes the batch as the global one and gives each

@@ -1,14 +1,16 @@
-"""One process, one device: nothing to distribute, but the same plan and callbacks as everywhere."""
+"""One process, one device, tf.keras: nothing to distribute, but the same plan and callbacks as everywhere."""
 
 from __future__ import annotations
 
-from kscale.backends._tf_keras import TFKerasBackend
-from kscale.backends.base import OneProcess
+from kscale.backends.base import Backend
 from kscale.environment import Environment
+from kscale.keras2.family import Keras2Family
 
 
-class SingleBackend(OneProcess, TFKerasBackend):
+class SingleBackend(Backend):
     name = "single"
+    Family = Keras2Family
+    one_process = True
 
     @classmethod
     def detect(cls, env: Environment) -> bool:

@@ -11,7 +11,8 @@ import pytest
 
 import kscale
 from kscale import backends, environment
-from kscale.backends._keras3 import Keras3Backend
+from kscale.backends.base import Backend
+from kscale.keras3.family import Keras3Family, Keras3Options
 
 
 @pytest.fixture(autouse=True)
@@ -43,10 +44,12 @@ def regression_data(n: int = 16, inputs: int = 3, seed: int = 0) -> tuple[np.nda
     return x, y
 
 
-class StubWorkers(Keras3Backend):
+class StubWorkers(Backend):
     """Worker `worker_index` of `num_workers` one-device processes, without collectives (see tests/unit)."""
 
     name = "stub"
+    Family = Keras3Family
+    Options = Keras3Options
 
     def __init__(self, worker_index: int = 0, num_workers: int = 2):
         super().__init__(environment.Environment())

@@ -337,8 +337,8 @@ def test_a_models_local_copy_goes_with_the_model():
 
     backend = Keras3SingleBackend(environment.current())
     model = compiled("sequential")
-    copy_of_model = backend.local_copy(model, {"loss": "mse"})
-    assert copy_of_model is not model and backend.local_copy(model) is copy_of_model
+    copy_of_model = backend.family.local_copy(model, {"loss": "mse"})
+    assert copy_of_model is not model and backend.family.local_copy(model) is copy_of_model
     del model, copy_of_model
     gc.collect()
-    assert len(backend._local_copies) == 0
+    assert len(backend.family._local_copies) == 0

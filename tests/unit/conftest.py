@@ -10,7 +10,8 @@ import tensorflow as tf
 
 import kscale
 from kscale import backends, environment
-from kscale.backends._tf_keras import TFKerasBackend
+from kscale.backends.base import Backend
+from kscale.keras2.family import Keras2Family
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,7 @@ def regression_data(n: int = 16, inputs: int = 3, seed: int = 0) -> tuple[np.nda
     return x, y
 
 
-class StubWorkers(TFKerasBackend):
+class StubWorkers(Backend):
     """A backend that says it is worker `worker_index` of `num_workers` one-device processes.
 
     Like Horovod, each replica is a process and there is no strategy, but there are no collectives:
@@ -53,6 +54,7 @@ class StubWorkers(TFKerasBackend):
     """
 
     name = "stub"
+    Family = Keras2Family
 
     def __init__(self, worker_index: int = 0, num_workers: int = 2):
         super().__init__(environment.Environment())

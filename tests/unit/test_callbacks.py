@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import kscale
 from kscale import checkpoint_io
-from kscale.backends.mirrored import MirroredBackend
+from kscale.backends.multi_worker import MultiWorkerBackend
 from kscale.callbacks import AverageMetrics, ChiefWritesBackup, chief_only, for_this_worker, is_chief_only
 
 from .conftest import StubWorkers, regression_data, tiny_model
@@ -40,7 +40,7 @@ def names(callbacks) -> set[str]:
     return {type(cb).__name__ for cb in callbacks}
 
 
-class SecondOfTwoStrategyWorkers(MirroredBackend):
+class SecondOfTwoStrategyWorkers(MultiWorkerBackend):
     """The multi-worker strategy rule, as worker 1 of 2 sees it (no strategy is created for it)."""
 
     num_workers = 2

@@ -1,0 +1,99 @@
+"""tf.keras (Keras 2) as every backend trains it: the object a backend holds as its `family`.
+
+tf.keras is TensorFlow's own Keras up to TF 2.15, and the `tf_keras` package after it. A backend (how a
+process trains: one process, a strategy, Horovod) holds this object and hands itself to the methods that
+need it; what only the model's Keras decides is here, what only the way of running decides is in the
+backend. Keras 3's: kscale/keras3/family.py, with the same methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from kscale import tf_data
+from kscale.callbacks import for_this_worker
+from kscale.keras2 import rebuild
+from kscale.keras2.learning_rate import RATES
+
+
+class Keras2Family:
+    generation = 2
+    learning_rates = RATES
+    # Keras 2 evaluates one process's data alone, and under a tf.distribute strategy hands empty batches to
+    # replicas that have run out until every worker has (partial-batch handling).
+    uneven_evaluation = True
+
+    @staticmethod
+    def keras_module() -> Any:
+        """tf.keras: Keras 2.15 on TF 2.15, tf_keras where TF_USE_LEGACY_KERAS asks for it."""
+        return tf.keras
+
+    # -- the model --------------------------------------------------------------------------------------------
+    def check_model(self, model: Any) -> None:
+        rebuild.check_model(model)
+
+    def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
+        """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights (or `weights`)."""
+        return rebuild.rebuild_in_scope(model, owner, weights)
+
+    def fresh_compile_args(self, args: dict) -> dict:
+        return rebuild.clone_compile_args(args)
+
+    def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
+        """Keras 2 builds such a model inside its first training step, after the weights are broadcast:
+        the workers would start from different weights. Build it before, in the backend's scope, from the
+        first batch of `x`, and agree on its weights as for a model built before distribute()."""
+        if model.built:
+            return
+        inputs = tf_data.first_inputs(x)
+        if inputs is None:  # a generator: Keras builds it; the agreement check compares the workers
+            return
+        try:
+            with backend.scope():
+                model(inputs, training=False)
+        except NotImplementedError:  # no call() (keras.io's GAN): its sub-models were built and placed
+            return
+        backend.place_model(model)  # in the backend's scope already: the workers' weights are made equal
+
+    # -- the optimizer and its learning rate -------------------------------------------------------------------
+    def is_optimizer(self, value: Any) -> bool:
+        return isinstance(value, tf.keras.optimizers.Optimizer | tf.keras.optimizers.legacy.Optimizer)
+
+    def resolve_optimizer(self, optimizer: Any) -> Any:
+        return tf.keras.optimizers.get(optimizer)
+
+    def learning_rate_of(self, optimizer: Any) -> Any:
+        return rebuild.learning_rate_of(optimizer)
+
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        if learning_rate is None:
+            return optimizer  # nothing to change: keep the user's own optimizer
+        return self.clone_optimizer(optimizer, learning_rate, options)
+
+    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        return rebuild.clone_optimizer(optimizer, learning_rate)
+
+    def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
+        rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
+
+    def rate_factor_variable(self, backend: Any, optimizer: Any, factor: float) -> Any:
+        # An attribute of the optimizer: TensorFlow's object-based checkpoints (BackupAndRestore, the
+        # TF-format save_weights) save and restore it with the optimizer's rate.
+        with backend.scope():
+            variable = tf.Variable(factor, trainable=False, dtype=tf.float32, name="kscale_rate_factor")
+        rebuild.inner_optimizer(optimizer).kscale_rate_factor = variable
+        return variable
+
+    # -- data and callbacks ---------------------------------------------------------------------------
+    def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
+        return tf_data.worker_part(x, y, sample_weight, request)
+
+    def user_callbacks(self, backend: Any, callbacks: list) -> list:
+        # Where saving is collective (MultiWorkerMirroredStrategy), these save through collectives and must
+        # run on every worker (TensorFlow sends the other workers' copies to scratch folders and deletes them).
+        kinds = tf.keras.callbacks
+        collective = backend.saves_are_collective and backend.num_workers > 1
+        everywhere = (kinds.TensorBoard, kinds.BackupAndRestore) if collective else ()
+        return for_this_worker(callbacks, backend.is_chief, backend.chief_only_callback_types(), everywhere)

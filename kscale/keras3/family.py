@@ -1,0 +1,138 @@
+"""Keras 3 (on JAX or TensorFlow) as every backend trains it: the object a backend holds as its `family`.
+
+Keras 3 runs on JAX, TensorFlow or torch. Nothing here imports TensorFlow (the JAX lane has none), except
+to cut a tf.data.Dataset the user passed (TensorFlow is then in the process already). A backend holds this
+object and hands itself to the methods that need it; tf.keras's: kscale/keras2/family.py, same methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+import keras
+import numpy as np
+
+from kscale import _keras_private
+from kscale.callbacks import for_this_worker
+from kscale.errors import OptionError
+from kscale.keras3 import data, rebuild
+from kscale.keras3.learning_rate import RATES
+
+
+@dataclasses.dataclass(frozen=True)
+class Keras3Options:
+    """`distribute()` options of every Keras 3 backend."""
+
+    #: Update the weights every this many steps with the average gradient (Keras 3 optimizers' own option).
+    gradient_accumulation_steps: int = 1
+
+    def __post_init__(self) -> None:
+        steps = self.gradient_accumulation_steps
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise OptionError(
+                f"gradient_accumulation_steps={steps!r} must be an integer >= 1 (the number of batches whose "
+                "gradients are averaged into one update)."
+            )
+
+
+class Keras3Family:
+    generation = 3
+    learning_rates = RATES
+    #: Keras 3 evaluates with Keras' own distributed evaluate, unless the backend evaluates on a copy.
+    uneven_evaluation = False
+
+    def __init__(self) -> None:
+        # `local_copy`'s copies, by model: gone with the model (an id could be reused by another one)
+        self._local_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @staticmethod
+    def keras_module() -> Any:
+        return keras
+
+    # -- the model --------------------------------------------------------------------------------------------
+    def check_model(self, model: Any) -> None:
+        rebuild.check_model(model)
+
+    def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
+        return rebuild.rebuild_in(model, owner, weights)
+
+    def fresh_compile_args(self, args: dict) -> dict:
+        return rebuild.fresh_compile_args(args)
+
+    def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
+        """Nothing: Keras 3 builds it on its first batch, inside the scope its fit enters."""
+
+    # -- the optimizer and its learning rate -------------------------------------------------------------------
+    def is_optimizer(self, value: Any) -> bool:
+        return isinstance(value, keras.optimizers.Optimizer)
+
+    def resolve_optimizer(self, optimizer: Any) -> Any:
+        return keras.optimizers.get(optimizer)
+
+    def learning_rate_of(self, optimizer: Any) -> Any:
+        return rebuild.learning_rate_of(optimizer)
+
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
+        if learning_rate is None and options.gradient_accumulation_steps == 1:
+            return optimizer  # nothing to change: keep the user's own optimizer
+        rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
+        return self.clone_optimizer(optimizer, rate, options)
+
+    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
+        return rebuild.clone_optimizer(optimizer, learning_rate, options.gradient_accumulation_steps)
+
+    def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
+        """Nothing: a Keras 3 optimizer is built by the first step, after distribute()."""
+
+    def rate_factor_variable(self, backend: Any, optimizer: Any, factor: float) -> Any:
+        return None  # none: the rate is restored as saved
+
+    # -- data and callbacks -------------------------------------------------------------------------------------
+    def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
+        return data.worker_part(x, y, sample_weight, request)
+
+    def user_callbacks(self, backend: Any, callbacks: list) -> list:
+        callbacks = for_this_worker(callbacks, backend.is_chief, backend.chief_only_callback_types())
+        if backend.num_workers == 1:
+            return callbacks
+        # Keras 3's BackupAndRestore knows one process only: every process restores, the chief writes.
+        from kscale.callbacks.shared_backup import SharedBackup
+
+        return [
+            SharedBackup(cb, backend.is_chief, backend.gather, backend.barrier)
+            if isinstance(cb, keras.callbacks.BackupAndRestore)
+            else cb
+            for cb in callbacks
+        ]
+
+    # -- evaluation on a copy of the model ------------------------------------------------------------------
+    def evaluate_on_copy(self, backend: Any, model: Any, arguments: dict, compile_args: dict) -> dict:
+        """Where Keras' own distributed evaluate loses or miscounts samples (the backend's
+        `evaluates_on_copy`), each process evaluates its own part, whatever its size, on its own copy of the
+        model (current weights, the model's loss and metrics), and the metrics' states are combined over
+        processes: exact, as one process evaluating everything. The copy runs outside the distribution."""
+        from kscale.backends.base import results_from_states
+
+        arguments = _keras_private.without_fit_validation_flag(arguments)
+        with backend.outside_distribution():
+            local = self.local_copy(model, compile_args)
+            logs = local.evaluate(**arguments)
+            return results_from_states(local, logs, backend.reduced_metric_states, backend.averaged_numbers)
+
+    def local_copy(self, model: Any, compile_args: dict | None = None) -> Any:
+        """A copy of `model` built where this is called (under the backend's `outside_distribution`) with
+        `model`'s current weights, compiled with `compile_args` (fresh loss and metric objects) when they
+        are given; made once per model."""
+        local = self._local_copies.get(model)
+        weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
+        if local is None:
+            local = _keras_private.clone_uncompiled(keras, model)
+            if not local.built:
+                local.build_from_config(model.get_build_config())
+            self._local_copies[model] = local
+        if compile_args is not None and not local.compiled:
+            local.compile(**self.fresh_compile_args(compile_args))
+        local.set_weights(weights)
+        return local
