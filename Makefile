@@ -92,10 +92,12 @@ lint: venv
 # Every lane: A runs the whole suite; B and C the framework-free tests, their own unit tests, the
 # end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test) and the
 # conformance suite (tests/conformance: Keras programs as users write them, under every backend).
-# The lanes run in two streams side by side: lint and lane A, and lanes C-jax, C-tf and B in turn (with
-# their venvs). One lane's tests leave about a third of the two cores idle (workers starting, rendezvous,
-# waiting on each other; measured: 153% CPU), which the other stream fills. Each line says its lane.
+# The venvs first, one after another (each editable install writes kscale.egg-info in this folder), then
+# the lanes' tests in two streams side by side: lint and lane A, and lanes C-jax, C-tf and B in turn. One
+# lane's tests leave about a quarter of the two cores idle (workers starting, rendezvous, waiting on each
+# other; measured: 153% CPU), which the other stream fills. Each line says its lane.
 test:
+	$(MAKE) --no-print-directory venvs
 	$(MAKE) --no-print-directory -j2 stream-a stream-others
 
 stream-a:
