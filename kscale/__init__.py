@@ -70,13 +70,13 @@ def scope(backend: str | None = None, devices: list[str] | None = None) -> conte
 
 
 def rank() -> int:
-    """This worker's index (0 on the chief), in every mode."""
+    """This worker's index (0 on the chief), under every backend."""
     current = _backend()
     return current.worker_index if current else environment.current().rank
 
 
 def size() -> int:
-    """The number of worker processes, in every mode."""
+    """The number of worker processes, under every backend."""
     current = _backend()
     return current.num_workers if current else environment.current().world_size
 

@@ -34,7 +34,7 @@ class DataPolicy(str, enum.Enum):
 class BatchSemantics(str, enum.Enum):
     """What `batch_size` given to fit means."""
 
-    PER_REPLICA = "per_replica"  # the default: the same script means the same thing in every mode
+    PER_REPLICA = "per_replica"  # the default: the same script means the same thing under every backend
     GLOBAL = "global"  # the batch of one whole step, split over the replicas
 
 
