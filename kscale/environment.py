@@ -62,6 +62,8 @@ class Environment:
     keras_backend: str | None = None
     #: KERAS_HOME, if set: where Keras keeps keras.json (default ~/.keras).
     keras_home: str | None = None
+    #: XDG_CACHE_HOME, if set: where kscale keeps what it learnt about the installation (default ~/.cache).
+    cache_home: str | None = None
     #: KERAS_DISTRIBUTION_JOB_ADDRESSES: the coordinator (first address) of a keras.distribution job.
     coordinator: str | None = None
     #: HOROVOD_ELASTIC: started by an elastic horovodrun (--min-np/--max-np): workers may come and go, and
@@ -407,6 +409,7 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
         elastic=bool(_flag(env, "HOROVOD_ELASTIC")),
         keras_backend=env.get("KERAS_BACKEND") or None,
         keras_home=env.get("KERAS_HOME") or None,
+        cache_home=env.get("XDG_CACHE_HOME") or None,
     )
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
+import hashlib
+import importlib.util
 import ipaddress
 import json
 import os
@@ -17,9 +20,10 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 
-from kscale import _optional
+from kscale import _optional, environment
 from kscale.launch.hosts import Host
 
 HOROVOD_INSTALL = _optional.HOROVOD_INSTALL
@@ -85,7 +89,74 @@ sys.stdout.write("\nKSCALE_PROBE " + json.dumps(out) + "\n")
 
 @functools.cache
 def probe_build(gpus: bool = False, timeout: float = 180.0) -> BuildInfo:
-    """Ask a fresh interpreter what Horovod was built with (cached: the answer does not change)."""
+    """What Horovod was built with: asked of a fresh interpreter once per installation (importing
+    TensorFlow there costs every launch seconds), then read from kscale's cache until Horovod or
+    TensorFlow is installed again. GPUs can change without a reinstall: asking for them always probes."""
+    key = None if gpus else _installation_key()
+    cached = _cached_build(key)
+    if cached is not None:
+        return cached
+    found = _probe(gpus, timeout)
+    if key is not None and found.error is None:
+        _write_atomically(_cache_path(key), json.dumps(dataclasses.asdict(found)))
+    return found
+
+
+def _installation_key() -> str | None:
+    """What the probe's answer depends on: this interpreter, and the files of Horovod's TensorFlow
+    extension and of TensorFlow (size and time of each): a rebuild or another version changes it. None
+    (no caching) where Horovod or TensorFlow is not installed."""
+    parts = [sys.executable]
+    for package, pattern in (
+        ("horovod", "tensorflow/mpi_lib*"),
+        ("tensorflow", "python/_pywrap_tensorflow*"),
+    ):
+        try:
+            spec = importlib.util.find_spec(package)  # finds the package without importing it
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        files = sorted(glob.glob(os.path.join(next(iter(spec.submodule_search_locations)), pattern)))
+        if not files:
+            return None
+        for path in files:
+            stat = os.stat(path)
+            parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+
+def _cache_path(key: str) -> str:
+    home = environment.current().cache_home or os.path.expanduser("~/.cache")
+    return os.path.join(home, "kscale", f"horovod-build-{key}.json")
+
+
+def _cached_build(key: str | None) -> BuildInfo | None:
+    if key is None:
+        return None
+    try:
+        with open(_cache_path(key)) as f:
+            return BuildInfo(**json.load(f))
+    except (OSError, ValueError, TypeError):  # none yet, or unreadable: probe again
+        return None
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """A local cache file, written whole or not at all (the launcher imports no TensorFlow for gfile); a
+    cache that cannot be written costs the next launch a probe, nothing else."""
+    temporary = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False, suffix=".tmp") as f:
+            temporary = f.name
+            f.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        if temporary and os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _probe(gpus: bool, timeout: float) -> BuildInfo:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     try:
         proc = subprocess.run(
