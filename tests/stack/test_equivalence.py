@@ -75,8 +75,16 @@ def _launch(launch, way: str, mode: str, out) -> list[dict]:
     return [_load(f"{out}.{rank}.json") for rank in range(ranks)]
 
 
+#: Ways whose plain case (2 replicas at b and η against one process at 2b and 2η, weights to 1e-5, ranks
+#: identical, iterations exact) the conformance suite checks on each of its exact programs, with ranks
+#: starting from other weights (tests/conformance: mnist_convnet, callbacks_keras, custom_metric_uneven,
+#: backup_and_restore). Here only what it does not launch: 2 workers x 2 replicas, JAX's devices in one
+#: process, and a model built outside the job's distribution.
+IN_CONFORMANCE = {"horovod", "multi_worker", "mirrored", "jax_processes"}
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("way", lane_backends())
+@pytest.mark.parametrize("way", [w for w in lane_backends() if w not in IN_CONFORMANCE])
 def test_two_replicas_match_one_process_with_double_batch_and_rate(launch, references, tmp_path, way):
     replicas = LAUNCHES[way][3]
     reference = references("reference", replicas)

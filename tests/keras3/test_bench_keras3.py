@@ -1,0 +1,40 @@
+"""`kscale bench` on Keras 3 on TensorFlow: what only this lane runs of it, kscale's multi_worker against
+TensorFlow's custom training loop (Keras 3's `fit` fails under that strategy upstream), trained in turn in
+one job, TensorFlow's profile of the chief, and TFRecord files read by each worker its own. The rest of `kscale bench --quick` is the code lane A and
+the JAX lane run whole (tests/stack/test_stack_bench.py; the Makefile says why not here)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import pytest
+
+from kscale.bench import runner
+from kscale.bench.runner import Setting
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+@pytest.mark.timeout(400)
+def test_multi_worker_against_tensorflows_custom_loop_in_one_job_profiled_and_on_files(tmp_path):
+    if keras.config.backend() != "tensorflow":  # MultiWorkerMirroredStrategy is TensorFlow's
+        assert "multi_worker" not in runner.backends_here()
+        return
+    sizes = runner.Sizes(iters=2, rounds=2, warmup=1, timeout=300)
+    in_turn = Setting("mlp", "multi_worker", 2, 16, batches=5, variant=runner.IN_TURN, against="tf")
+    measured = runner.run_one(in_turn, sizes, threads=1)
+    assert measured["replicas"] == 2 and len(measured["in_turn"]["samples_per_s"]) == sizes.rounds
+    assert all(_positive(s) for s in measured["samples_per_s"] + measured["in_turn"]["samples_per_s"])
+    timeline = Setting("mlp", "multi_worker", 2, 16, batches=5, timeline=True, variant=runner.TIMELINE)
+    traced = runner.run_one(timeline, sizes, threads=1)
+    assert "--profile" in traced["command"] and _positive(traced["communication_s_per_step"])
+    records = str(tmp_path / "records")
+    runner.write_records("mlp", records, 2 * 5 * 16 * 2, sizes)
+    files = Setting("mlp", "multi_worker", 2, 16, batches=5, variant="files", records=records)
+    read = runner.run_one(files, sizes, threads=1)
+    assert read["replicas"] == 2 and all(_positive(s) for s in read["samples_per_s"])
