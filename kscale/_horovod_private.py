@@ -118,3 +118,16 @@ def name_like_original(wrapped: Any, inner: Any) -> None:
     original "so that the saved model could be easily restored without Horovod"; the .keras format also
     records the module, which would be horovod._keras. Give the class the original's module to finish that."""
     type(wrapped).__module__ = type(inner).__module__
+
+
+def allreduce_without_autograph(wrapped: Any) -> None:
+    """Horovod's DistributedOptimizer averages gradients through `_allreduce_grads`, a `tf.function` with
+    AutoGraph on: the first trace converts it and everything it calls (55 of Horovod's functions, about
+    3 s of CPU in every worker before its first step) though its only branches on tensors are `tf.cond`
+    already; the rest is Python over Python values, which tracing without AutoGraph runs the same way.
+    The same function traced without AutoGraph builds the same graph at once."""
+    import tensorflow as tf
+
+    python_function = getattr(getattr(wrapped, "_allreduce_grads", None), "python_function", None)
+    if python_function is not None:
+        wrapped._allreduce_grads = tf.function(python_function, autograph=False)

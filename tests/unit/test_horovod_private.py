@@ -103,3 +103,15 @@ def test_a_distributed_optimizer_class_keeps_the_users_module():
     _horovod_private.name_like_original(wrapped, inner)
     assert type(wrapped).__name__ == type(inner).__name__
     assert type(wrapped).__module__ == type(inner).__module__
+
+
+def test_the_allreduce_kscale_traces_without_autograph_is_still_horovods_tf_function():
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    wrapped = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1))
+    original = wrapped._allreduce_grads
+    assert callable(original.python_function)  # what kscale traces again, AutoGraph off
+    _horovod_private.allreduce_without_autograph(wrapped)
+    assert wrapped._allreduce_grads is not original
+    assert wrapped._allreduce_grads.python_function is original.python_function
