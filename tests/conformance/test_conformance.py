@@ -93,3 +93,12 @@ def test_program_trains_as_in_one_process(program, reference, run):
 def test_known_broken_names_real_programs_and_ways():
     for family, way, program in KNOWN_BROKEN:
         assert family in ("keras2", "keras3-tf", "keras3-jax") and way in WAYS and program in PROGRAMS
+
+
+def test_the_readme_table_lists_every_program_once():
+    """README "What works" is this suite's result: a program added or renamed gets its row."""
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("### What works: the conformance suite", 1)[1].split("\n\n✓:", 1)[0]
+    rows = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
+    assert sorted(rows) == PROGRAMS
+    assert f"holds {len(PROGRAMS)} Keras programs" in table

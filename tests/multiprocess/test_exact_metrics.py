@@ -1,8 +1,9 @@
 """evaluate(), validation and predict() across workers equal one process on all the data (issue 8.5).
 
 tests/multiprocess/workers/exact_metrics.py on 101 samples (not divisible by 2): AUC, precision and a
-sample-weighted mean to 1e-6, every sample evaluated and predicted once, under horovodrun -np 2, two
-TF_CONFIG workers, two mirrored CPU replicas and one process.
+sample-weighted mean to 1e-6, every sample evaluated and predicted once, in one process under kscale and with
+Horovod's predict split over the workers. The same metrics under every backend of every lane, against one
+process at the global batch: the conformance program weighted_binary_metrics.
 """
 
 from __future__ import annotations
@@ -41,27 +42,7 @@ def test_one_process(run_python, tmp_path):
     _check(tmp_path, 1, predicted_once=True)
 
 
-@pytest.mark.timeout(240)
-def test_two_mirrored_replicas(run_python, tmp_path):
-    run_python([WORKER, "mirrored", str(tmp_path)])
-    _check(tmp_path, 1, predicted_once=True)
-
-
-@pytest.mark.timeout(300)
-def test_two_horovod_workers(horovodrun, tmp_path):
-    horovodrun(2, [WORKER, "horovod", str(tmp_path)])
-    _check(tmp_path, 2, predicted_once=False)  # by default every worker predicts all of x
-
-
 @pytest.mark.timeout(300)
 def test_two_horovod_workers_split_predict(horovodrun, tmp_path):
     horovodrun(2, [WORKER, "horovod", str(tmp_path), json.dumps({"split_predict": True})])
     _check(tmp_path, 2, predicted_once=True)
-
-
-@pytest.mark.timeout(300)
-def test_two_tf_config_workers(tf_config_workers, tmp_path):
-    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
-    # Keras' own predict shards the data over workers (AutoShardPolicy.DATA) and gathers every step's
-    # outputs inside the step, so a callback sees all of them on every worker: not counted here.
-    _check(tmp_path, 2, predicted_once=False)
