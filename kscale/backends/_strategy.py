@@ -17,9 +17,10 @@ import tensorflow as tf
 
 from kscale import _keras_private, sharding, tf_data
 from kscale.backends import _replica_mean
-from kscale.backends.base import Backend, log_value
+from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError
+from kscale.metric_states import log_value
 
 
 class StrategyBackend(Backend):

@@ -337,36 +337,3 @@ class Backend(abc.ABC):
     ) -> Any:
         """Run predict/predict_on_batch: Keras' own, on all of `x` in every worker."""
         return keras_method(**arguments)
-
-
-def results_from_states(
-    model: Any,
-    logs: dict,
-    reduced_states: Callable[[list], list],
-    average: Callable[[list[float]], list[float]],
-) -> dict:
-    """`logs` as one process given every worker's data reports them: every metric's state (totals, counts,
-    true positives...) replaced by `reduced_states(variables)` (summed over workers, say) and the results
-    computed from it, also for AUC, precision or means over parts of different sizes; numbers that are no
-    metric's result are `average`d. The model's own metric states are left as they were."""
-    variables = [variable for metric in model.metrics for variable in metric.variables]
-    exact: dict = {}
-    if variables:
-        local = [np.array(variable.numpy()) for variable in variables]
-        try:
-            for variable, value in zip(variables, reduced_states(variables)):
-                variable.assign(value)
-            exact = {k: v for k, v in model.get_metrics_result().items() if k in logs}
-        finally:
-            for variable, value in zip(variables, local):
-                variable.assign(value)
-    others = [name for name in logs if name not in exact]
-    if others:
-        exact.update(zip(others, average([float(logs[name]) for name in others])))
-    return {name: log_value(exact[name]) for name in logs}
-
-
-def log_value(value: Any) -> Any:
-    """A metric's result as Keras' logs hold it: a Python float for a scalar, else a numpy array."""
-    array = np.asarray(value)
-    return array.item() if array.ndim == 0 else array

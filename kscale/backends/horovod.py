@@ -10,12 +10,13 @@ import numpy as np
 import tensorflow as tf
 
 from kscale import _horovod_private, _optional, sharding
-from kscale.backends.base import Backend, results_from_states
+from kscale.backends.base import Backend
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
 from kscale.keras2 import rebuild
 from kscale.keras2.family import Keras2Family
+from kscale.metric_states import results_from_states
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ from kscale.callbacks import for_this_worker
 from kscale.errors import OptionError
 from kscale.keras3 import data, rebuild
 from kscale.keras3.learning_rate import RATES
+from kscale.metric_states import results_from_states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +114,6 @@ class Keras3Family:
         `evaluates_on_copy`), each process evaluates its own part, whatever its size, on its own copy of the
         model (current weights, the model's loss and metrics), and the metrics' states are combined over
         processes: exact, as one process evaluating everything. The copy runs outside the distribution."""
-        from kscale.backends.base import results_from_states
-
         arguments = _keras_private.without_fit_validation_flag(arguments)
         with backend.outside_distribution():
             local = self.local_copy(model, compile_args)
