@@ -16,6 +16,7 @@ Horovod's options are not redeclared: what kscale does not know is passed to Hor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -24,7 +25,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,28 @@ def launch(
     engine = engine or engines.default_engine()
     if engine != "horovod":
         return run_engine(engine, spec, options, command, not preflight)
-    if frameworks.legacy_keras_needed():
-        # Horovod works with Keras 2 only on TF >= 2.16, and reads tf.keras when it is imported.
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    if spec is not None:
-        return run_pernode(spec, options, command, not preflight, build)
+    with _legacy_keras_for_the_workers():
+        if spec is not None:
+            return run_pernode(spec, options, command, not preflight, build)
+        return _launch_horovod(options, command, preflight, build)
+
+
+@contextlib.contextmanager
+def _legacy_keras_for_the_workers() -> Iterator[None]:
+    """Horovod works with Keras 2 only on TF >= 2.16 and reads tf.keras when it is imported: its workers,
+    which inherit this process's environment, get TF_USE_LEGACY_KERAS=1 unless the user set it. Only
+    while they run: a Python program that called kscale.launch.run keeps its own environment."""
+    if not frameworks.legacy_keras_needed() or "TF_USE_LEGACY_KERAS" in os.environ:
+        yield
+        return
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+
+
+def _launch_horovod(options: list[str], command: list[str], preflight: bool, build: BuildInfo | None) -> int:
     hvd = parse_horovod_args([*options, *command])
     if preflight:
         hosts, build = check_launch(hvd, build)

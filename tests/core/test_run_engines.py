@@ -176,3 +176,22 @@ def test_doctor_checks_what_the_engine_needs_and_jax_needs_no_horovod():
     )
     assert "[info] engine: jax (--engine)" in done.stdout
     assert "horovod" not in done.stdout.lower()  # no Horovod build check for an engine that does not use it
+
+
+def test_the_horovod_engine_gives_its_workers_legacy_keras_and_leaves_the_callers_environment(monkeypatch):
+    """TF >= 2.16 with tf_keras: Horovod's workers need TF_USE_LEGACY_KERAS=1 (they inherit this process's
+    environment); a program calling kscale.launch.run gets its own environment back."""
+    from kscale import frameworks
+    from kscale.launch import launcher
+
+    seen = []
+    monkeypatch.setattr(frameworks, "legacy_keras_needed", lambda: True)
+    monkeypatch.setattr(
+        launcher, "_launch_horovod", lambda *args: seen.append(os.environ.get("TF_USE_LEGACY_KERAS")) or 0
+    )
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    assert launcher.launch([], ["python", "train.py"], engine="horovod") == 0
+    assert seen == ["1"] and "TF_USE_LEGACY_KERAS" not in os.environ
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the user's own choice is kept
+    launcher.launch([], ["python", "train.py"], engine="horovod")
+    assert seen == ["1", "0"] and os.environ["TF_USE_LEGACY_KERAS"] == "0"
