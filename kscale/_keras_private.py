@@ -7,6 +7,7 @@ one fails there, loudly, instead of somewhere inside fit().
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,14 +90,17 @@ def clone_uncompiled(keras: Any, model: Any) -> Any:
 
 
 def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
-    """Have `callback()` called whenever Keras divides a loss by the replicas of a tf.distribute strategy
-    (the built-in train_step, compute_loss / compiled_loss, Keras 3's Loss objects).
+    """Have `callback()` called whenever a loss is divided by the replicas of a tf.distribute strategy:
+    by Keras (the built-in train_step, compute_loss / compiled_loss, Keras 3's Loss objects), or by
+    TensorFlow's `tf.nn.compute_average_loss` (per-example losses over the global batch, as TensorFlow's
+    distributed-training guides average them, in a train_step of one's own too).
 
     kscale must know whether the loss a training step applies was divided so (then the replicas' summed
-    gradients are their mean) or not (a train_step's own loss: kscale divides the gradients). Keras has no
-    public hook; every such division goes through one module function, wrapped here once: Keras 2's
+    gradients are their mean) or not (a train_step's own loss: kscale divides the gradients). Neither
+    library has a hook; every such division goes through one function, wrapped here once: Keras 2's
     `<keras>.src.utils.losses_utils.scale_loss_for_distribution`, Keras 3's
-    `keras.src.losses.loss.scale_loss_for_distribution`.
+    `keras.src.losses.loss.scale_loss_for_distribution`, and the public `tf.nn.compute_average_loss`
+    (looked up when a step is traced, so the wrapper is what a train_step calls).
     """
     import importlib
 
@@ -105,17 +109,28 @@ def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
     module = importlib.import_module(
         f"{root}.src.losses.loss" if generation_3 else f"{root}.src.utils.losses_utils"
     )
-    original = module.scale_loss_for_distribution
+    _call_first(module, "scale_loss_for_distribution", callback)
+    try:
+        import tensorflow as tf
+    except ImportError:  # Keras 3 on JAX: no tf.distribute strategy, no tf.nn
+        return
+    _call_first(tf.nn, "compute_average_loss", callback)
+
+
+def _call_first(namespace: Any, name: str, callback: Any) -> None:
+    """`namespace.name` replaced, once, by a function that calls every registered callback, then it."""
+    original = getattr(namespace, name)
     if getattr(original, "_kscale_callbacks", None) is None:
 
-        def scale_loss_for_distribution(*args: Any, **kwargs: Any) -> Any:
-            for call in scale_loss_for_distribution._kscale_callbacks:
+        @functools.wraps(original)
+        def calling_back(*args: Any, **kwargs: Any) -> Any:
+            for call in calling_back._kscale_callbacks:
                 call()
             return original(*args, **kwargs)
 
-        scale_loss_for_distribution._kscale_callbacks = []
-        module.scale_loss_for_distribution = scale_loss_for_distribution
-    watched = module.scale_loss_for_distribution._kscale_callbacks
+        calling_back._kscale_callbacks = []
+        setattr(namespace, name, calling_back)
+    watched = getattr(namespace, name)._kscale_callbacks
     if callback not in watched:
         watched.append(callback)
 

@@ -95,3 +95,12 @@ def test_fit_validates_through_evaluate_with_the_flag_kscale_reads():
     model.fit(x, y, validation_data=(x, y), epochs=1, verbose=0)
     model.evaluate(x, y, verbose=0)
     assert seen == [True, False]
+
+
+def test_on_distribution_loss_scaling_sees_tensorflow_average_a_loss_over_the_global_batch():
+    # tf.nn.compute_average_loss divides by the global batch (the replicas' gradients then add up to their
+    # mean): a train_step that uses it must not have its gradients divided again.
+    calls = []
+    _keras_private.on_distribution_loss_scaling(tf.keras, lambda: calls.append(1))
+    assert float(tf.nn.compute_average_loss(tf.constant([1.0, 3.0]))) == 2.0 and calls
+    assert tf.nn.compute_average_loss.__name__ == "compute_average_loss"  # wrapped, looks the same
