@@ -16,7 +16,8 @@ PY := $(LANE_A)/bin/python
 PYTHON311 ?= $(shell scripts/find-python 3.11 2>/dev/null)
 PYTHON312 ?= $(shell scripts/find-python 3.12 2>/dev/null)
 PYTHON313 ?= $(shell scripts/find-python 3.13 2>/dev/null)
-PYTEST := -m pytest -p no:cacheprovider
+# Each lane ends with its 30 slowest tests: where CI time goes, in every CI log.
+PYTEST := -m pytest -p no:cacheprovider --durations=30
 # Each editable install of kscale writes kscale.egg-info in this folder (setuptools, while pip asks what
 # building needs), so two lanes' installs take turns through this lock; the rest of a venv (Horovod's
 # build, the tests) overlaps. flock is util-linux's.
