@@ -27,11 +27,28 @@ def _key(run: dict) -> Key:
 
 
 def pooled(results: list[dict]) -> dict[Key, list[dict]]:
-    """The launches of each setting (repeats together)."""
+    """The launches of each setting (repeats together), with the two sides of a job that trained kscale's
+    model and the hand-written one in turn standing for a setting no launch of its own measured."""
     groups: dict[Key, list[dict]] = defaultdict(list)
     for run in results:
         groups[_key(run)].append(run)
+    measured = set(groups)
+    for run in results:
+        if run["variant"] == IN_TURN:
+            for side in _sides(run):
+                if _key(side) not in measured:
+                    groups[_key(side)].append(side)
     return groups
+
+
+def _sides(run: dict) -> tuple[dict, dict]:
+    """kscale's and the hand-written script's measurements of one in-turn job, each as a launch of its own
+    (the model built second has no first step of its own: it waited for the first)."""
+    mine = {k: v for k, v in run.items() if k not in ("in_turn", "against")}
+    theirs = {**mine, **run["in_turn"]}
+    if "first_step_s" not in run["in_turn"]:
+        theirs.pop("first_step_s", None)
+    return {**mine, "variant": "", "in_job": True}, {**theirs, "variant": "", "in_job": True}
 
 
 def _throughput(runs: list[dict]) -> list[float]:
@@ -100,6 +117,12 @@ def _ratio(groups: dict[Key, list[dict]], a: Key, b: Key) -> dict[str, Any] | No
     }
 
 
+def _first_step(runs: list[dict]) -> float | None:
+    """Seconds to the end of the first training step (median), where the runs measured it."""
+    seconds = [run["first_step_s"] for run in runs if "first_step_s" in run]
+    return statistics.median(seconds) if seconds else None
+
+
 def _in_turn_ratio(runs: list[dict]) -> dict[str, Any]:
     """kscale against the hand-written script trained in turn in the same jobs (see one_job_ratio), with
     each launch's ratio, each round's, and, for comparison, the ratio of the two sides' medians."""
@@ -155,12 +178,18 @@ def baselines(results: list[dict]) -> list[dict]:
         )
         found = _ratio(groups, mine, theirs)
         if found:
-            first = [statistics.median(run["first_step_s"] for run in groups[k]) for k in (mine, theirs)]
+            first = [_first_step(groups[k]) for k in (mine, theirs)]
             found["first_step_s"] = {
                 "kscale": first[0],
                 "hand_written": first[1],
-                "added": first[0] - first[1],
+                "added": None if None in first else first[0] - first[1],
             }
+            # A side measured only in a job with the other (--quick): no separate launches to compare.
+            found["separate_launches"] = all(
+                any(not run.get("in_job") for run in groups[k]) for k in (mine, theirs)
+            )
+            if not found["separate_launches"]:
+                found["pairs"] = []
             in_turn = groups.get((model, backend, workers, batch, "kscale", IN_TURN))
             if in_turn:
                 found["in_turn"] = _in_turn_ratio(in_turn)

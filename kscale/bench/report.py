@@ -124,7 +124,8 @@ def markdown(report: dict[str, Any]) -> str:
             "## kscale against hand-written scripts",
             "",
             "Same model, data and launcher; ratio = kscale / hand-written (1.00 = same speed). Separate "
-            "launches: the two scripts launched alternately (each pair: one launch of each). One job: both "
+            "launches: the two scripts launched alternately (each pair: one launch of each; none with "
+            "--quick). One job: both "
             "models built in the same launch and trained in turn, one epoch each, each going first every other "
             "round, so what differs between launches (where processes and memory land on a shared machine) "
             "is out of the ratio: each launch's ratio is the median of its rounds' (kscale's epoch / the "
@@ -140,7 +141,10 @@ def markdown(report: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for b in analysis["baselines"]:
-            pairs = ", ".join(f"{p:.3f}" for p in b["pairs"])
+            separate = b.get("separate_launches", True)  # --quick: measured in one job only
+            pairs = ", ".join(f"{p:.3f}" for p in b["pairs"]) if separate else "-"
+            ratio = f"{b['ratio']:.3f}" if separate else "-"
+            first = b["first_step_s"]
             in_turn = b.get("in_turn")
             one_job = (
                 f"**{in_turn['ratio']:.3f}** | {_span(in_turn['interval_95'])} | {_launches(in_turn)}"
@@ -149,8 +153,8 @@ def markdown(report: dict[str, Any]) -> str:
             )
             lines.append(
                 f"| {b['model']} | {b['backend']} | {b['workers']} | {b['hand_written']} | {_n(b['a_samples_per_s'])} | "
-                f"{_n(b['b_samples_per_s'])} | {b['ratio']:.3f} | {pairs} | {one_job} | "
-                f"{b['first_step_s']['kscale']:.2f} s / {b['first_step_s']['hand_written']:.2f} s |"
+                f"{_n(b['b_samples_per_s'])} | {ratio} | {pairs} | {one_job} | "
+                f"{_seconds(first['kscale'])} / {_seconds(first['hand_written'])} |"
             )
     for title, key, note in (
         ("Horovod knobs", "knobs", "ratio = with the knob / Horovod's defaults, same run."),
@@ -290,3 +294,7 @@ def write(report: dict[str, Any], folder: str) -> dict[str, str]:
         f.write(markdown(report))
     plot(lines_of(report), paths["scaling.png"], plot_title(report["machine"]))
     return paths
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"

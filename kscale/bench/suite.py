@@ -57,6 +57,9 @@ class Plan:
     batches: int | None = None
     repeats: int = 1
     baselines: bool = True
+    #: Also launch kscale and the hand-written script separately (alternately), beside the job that trains
+    #: both in turn; without them (--quick) that job's two sides stand for both settings.
+    separate_baselines: bool = True
     timeline: bool = True
     #: Knob labels (of KNOBS) to measure on Horovod at the largest worker count, on the first model.
     knobs: tuple[str, ...] = ()
@@ -80,7 +83,8 @@ def settings(plan: Plan, records: str | None = None) -> Iterator[list[Setting]]:
                     mine = Setting(model, backend, n, batch, steps)
                     if plan.baselines and rebuildable:
                         hand_written = HAND_WRITTEN[backend]
-                        yield [mine, dataclasses.replace(mine, impl=hand_written)]
+                        if plan.separate_baselines:
+                            yield [mine, dataclasses.replace(mine, impl=hand_written)]
                         yield [dataclasses.replace(mine, variant=IN_TURN, against=hand_written)]
                     else:
                         yield [mine]

@@ -33,7 +33,12 @@ def bench_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         parser = subparsers.add_parser("bench", help=DESCRIPTION, allow_abbrev=False, **kwargs)
     else:
         parser = argparse.ArgumentParser("kscale bench", allow_abbrev=False, **kwargs)
-    parser.add_argument("--quick", action="store_true", help="the MLP only, short runs, one knob (for tests)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the MLP only, short runs, one knob, kscale against the hand-written scripts in one job each "
+        "(no separate launches): every kind of measurement once, in the fewest launches (for tests)",
+    )
     parser.add_argument("--output", default="runs/bench", help="folder for results.json/.md, scaling.png")
     parser.add_argument(
         "--models", nargs="+", help=f"built-in models to measure (default: {' '.join(FULL_MODELS)})"
@@ -114,6 +119,7 @@ def plan_from(args: argparse.Namespace, gpus: int) -> suite.Plan:
         batches=args.batches or (20 if args.quick else None),
         repeats=args.repeats or (1 if args.quick else 2),
         baselines=not args.no_baselines and not user,
+        separate_baselines=not args.quick,
         knobs=knobs,
         input_sharding=args.input_sharding or args.quick,
     )

@@ -87,6 +87,44 @@ def test_efficiency_ratios_knobs_and_recommendation():
     }
 
 
+def test_a_job_trained_in_turn_stands_for_both_settings_no_launch_of_its_own_measured():
+    """kscale bench --quick: each backend's kscale and hand-written numbers come from one job."""
+    one = Setting("mlp", "single", 1, 32, 10, variant=runner.IN_TURN, against="keras")
+    two = Setting("mlp", "horovod", 2, 32, 10, variant=runner.IN_TURN, against="horovod")
+    results = [
+        _run(
+            one, [1000, 1000], in_turn={"impl": "keras", "samples_per_s": [1100, 1100], "iteration_s": [0.3]}
+        ),
+        _run(
+            two,
+            [1800, 1900],
+            in_turn={"impl": "horovod", "samples_per_s": [2000, 2000], "iteration_s": [0.3]},
+        ),
+    ]
+    found = analysis.analyse(results)
+    rows = {(r["backend"], r["impl"]): r for r in found["rows"] if not r["variant"]}
+    assert set(rows) == {
+        ("single", "kscale"),
+        ("single", "keras"),
+        ("horovod", "kscale"),
+        ("horovod", "horovod"),
+    }
+    assert rows[("horovod", "kscale")]["efficiency"] == pytest.approx(1850 / (2 * 1000))
+    assert rows[("horovod", "horovod")]["samples_per_s"]["median"] == 2000
+    baseline = {b["backend"]: b for b in found["baselines"]}["horovod"]
+    assert not baseline["separate_launches"] and baseline["pairs"] == []
+    assert baseline["in_turn"]["ratio"] == pytest.approx(0.925)  # the median of its rounds, 0.90 and 0.95
+    assert baseline["first_step_s"] == {"kscale": 2.5, "hand_written": None, "added": None}
+    text = report.markdown(
+        {"analysis": found, "machine": _machine(), "results": results, "command": "kscale bench"}
+    )
+    assert "| mlp | horovod | 2 | horovod |" in text and "| - | - |" in text  # no separate launches
+    # a launch of kscale's alone (the defaults a knob is measured against): the hand-written side is still
+    # only in the job, so there is no separate-launch ratio
+    knob = analysis.analyse([*results, _run(Setting("mlp", "horovod", 2, 32, 10), [1700])])
+    assert not {b["backend"]: b for b in knob["baselines"]}["horovod"]["separate_launches"]
+
+
 def test_batch_recommendation_is_the_smallest_batch_past_ninety_percent_or_the_best():
     results = []
     for batch, single, two in ((16, 1000, 1200), (32, 1500, 2400), (64, 2000, 3700)):

@@ -21,7 +21,10 @@ def test_quick_full_gpu_and_user_model_plans(tmp_path):
         1,
         ("fp16 compression",),
     )
-    assert quick.input_sharding and quick.baselines
+    assert quick.input_sharding and quick.baselines and not quick.separate_baselines
+    launched = [[(s.impl, s.variant) for s in group] for group in suite.settings(quick)]
+    assert [("horovod", "") not in group for group in launched] == [True] * len(launched)
+    assert [("kscale", "in turn")] in launched  # kscale and Horovod's script in one job instead
     full = _plan("--backends", "single")
     assert full.models == ("mlp", "lstm", "cnn", "bert") and full.repeats == 2 and full.knobs == ()
     assert _plan("--backends", "single", gpus=4).workers == (1, 2, 3, 4)
