@@ -1,6 +1,6 @@
 """`kscale bench`: how fast training scales on this machine, for the built-in models or your own.
 
-    kscale bench --quick --output runs/bench                 # a minute: the MLP on 1 and 2 workers
+    kscale bench --quick --output runs/bench                 # minutes: the MLP on 1 and 2 workers
     kscale bench                                             # MLP, LSTM, a CNN and a BERT encoder
     kscale bench --model my_model.py:build --input-shape 24,1  # your model, and a recommendation
     kscale bench --reanalyse runs/bench/results.json --output runs/bench  # the report again, nothing run
