@@ -220,13 +220,15 @@ class OneHostMirrored(StrategyBackend):
         ]
 
 
-def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[tf.Variable]) -> None:
-    """Give every worker's floating-point variables the first worker's values."""
-    floats = [v for v in variables if v.dtype.is_floating]
+def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[Any]) -> None:
+    """Give every worker's floating-point variables the first worker's values (tf.keras' variables, or
+    Keras 3's, which hold a tf.Variable as `.value` and name their dtype as a string)."""
+    backing = [v if isinstance(v, tf.Variable) else v.value for v in variables]
+    floats = [(v, b) for v, b in zip(variables, backing) if tf.as_dtype(b.dtype).is_floating]
     # This worker's first copy of each variable: reading a sync-on-read variable (batch norm's moving
     # statistics) as a whole would reduce it over all replicas.
-    local = [strategy.experimental_local_results(v)[0].numpy() for v in floats]
-    for variable, value in zip(floats, first_replica_arrays(strategy, local)):
+    local = [strategy.experimental_local_results(b)[0].numpy() for _, b in floats]
+    for (variable, _), value in zip(floats, first_replica_arrays(strategy, local)):
         variable.assign(value)
 
 

@@ -9,6 +9,7 @@ scales them). Everything a program wants compared is `job.record`ed; the runner 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any
@@ -64,6 +65,13 @@ class Job:
         except ValueError:  # Keras 2, a model built on its first batch: no weights yet
             self.initial_weights = []
         return model if self.reference else kscale.distribute(model, **self.options)
+
+    def scope(self) -> Any:
+        """`with kscale.scope():`, where kscale's error asks for it (a model it cannot build again in the
+        backend's scope); nothing in the reference, which is plain Keras."""
+        if self.reference:
+            return contextlib.nullcontext()
+        return kscale.scope(**{k: v for k, v in self.options.items() if k in ("backend", "devices")})
 
     def batch(self, per_replica: int) -> int:
         return per_replica * REPLICAS if self.reference else per_replica
