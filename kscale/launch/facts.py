@@ -7,6 +7,7 @@ a `Facts` by hand.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -20,10 +21,9 @@ import shlex
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 
-from kscale import _optional, environment
+from kscale import _optional, checkpoint_io, environment
 from kscale.launch.hosts import Host
 
 HOROVOD_INSTALL = _optional.HOROVOD_INSTALL
@@ -142,18 +142,15 @@ def _cached_build(key: str | None) -> BuildInfo | None:
 
 
 def _write_atomically(path: str, text: str) -> None:
-    """A local cache file, written whole or not at all (the launcher imports no TensorFlow for gfile); a
-    cache that cannot be written costs the next launch a probe, nothing else."""
-    temporary = None
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False, suffix=".tmp") as f:
-            temporary = f.name
+    """The cache file, written once through checkpoint_io's atomic save (local files without TensorFlow:
+    the launcher imports none); a cache that cannot be written costs the next launch a probe, nothing else."""
+
+    def write(staged: str) -> None:
+        with open(staged, "w") as f:
             f.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        if temporary and os.path.exists(temporary):
-            os.remove(temporary)
+
+    with contextlib.suppress(OSError):
+        checkpoint_io.atomic_save(path, write, may_be_folder=False)
 
 
 def _probe(gpus: bool, timeout: float) -> BuildInfo:
