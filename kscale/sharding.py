@@ -141,6 +141,7 @@ class WorkerPart:
     sample_weight: Any = None
     length: int | None = None  # samples (arrays) or batches (dataset, Sequence); None if unknown
     longest: int | None = None  # the length of the largest worker's part (parts differ when not even)
+    shortest: int | None = None  # the length of the smallest worker's part
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -213,8 +214,14 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
     if total % shard.count and shard.even:
         notes.append(f"{total % shard.count} trailing sample(s) of {total} unused so workers stay even")
     x, y, sample_weight = (shard_arrays(a, shard, total) for a in (x, y, sample_weight))
-    longest = part_length(total, dataclasses.replace(shard, index=0))
-    return WorkerPart("arrays", x, y, sample_weight, part_length(total, shard), longest, notes)
+    longest, shortest = longest_and_shortest(total, shard)
+    return WorkerPart("arrays", x, y, sample_weight, part_length(total, shard), longest, shortest, notes)
+
+
+def longest_and_shortest(total: int, shard: Shard) -> tuple[int, int]:
+    """The lengths of the first worker's part (the longest) and of the last one's (the shortest)."""
+    first = part_length(total, dataclasses.replace(shard, index=0))
+    return first, part_length(total, dataclasses.replace(shard, index=shard.count - 1))
 
 
 def part_length(total: int, shard: Shard) -> int:
@@ -392,5 +399,7 @@ def batches_part(
     if len(x) % shard.count and shard.even:
         notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
     batches = shard_class(x, shard) if shard.count > 1 else x
-    longest = part_length(len(x), dataclasses.replace(shard, index=0))
-    return WorkerPart("sequence", batches, length=len(batches), notes=notes, longest=longest)
+    longest, shortest = longest_and_shortest(len(x), shard)
+    return WorkerPart(
+        "sequence", batches, length=len(batches), notes=notes, longest=longest, shortest=shortest
+    )

@@ -21,6 +21,7 @@ from kscale.sharding import (
     batches_part,
     every_sample_part,
     is_array_data,
+    longest_and_shortest,
     map_structure,
     no_separate_targets,
     num_samples,
@@ -231,7 +232,7 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
             notes.append(
                 "input not sharded (the dataset's auto_shard_policy is OFF): each worker reads all of it"
             )
-            return WorkerPart("dataset", x, length=batches, notes=notes, longest=batches)
+            return WorkerPart("dataset", x, length=batches, notes=notes, longest=batches, shortest=batches)
         # Of unknown or infinite length (file readers are; repeat() is), there is no equal cut to keep:
         # each worker reads its own files where it can (steps_per_epoch keeps the workers in step).
         endless = batches is None or batches < 0
@@ -271,21 +272,62 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
                 f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"
             )
         sharded = shard_dataset(x, shard, what)
-        longest = None if batches is None or batches < 0 else part_length(batches, replace(shard, index=0))
-        return WorkerPart("dataset", sharded, length=dataset_batches(sharded), notes=notes, longest=longest)
+        longest, shortest = (None, None) if endless else longest_and_shortest(batches, shard)
+        return WorkerPart(
+            "dataset",
+            sharded,
+            length=dataset_batches(sharded),
+            notes=notes,
+            longest=longest,
+            shortest=shortest,
+        )
     if isinstance(x, tf.keras.utils.Sequence):
         return batches_part(x, y, sample_weight, request, ShardedSequence)
     return other_part(x, y, sample_weight, request)
 
 
-def pad_with_empty_batches(dataset: tf.data.Dataset, batches: int) -> tf.data.Dataset:
-    """The dataset's batches, then batches of zero samples, `batches` in all: a worker whose part is shorter
-    runs the same steps as the others and adds nothing to loss or metrics. Needs one batch to copy the
-    structure from (every worker has at least one sample)."""
-    empty = dataset.take(1).map(
-        lambda *element: tf.nest.map_structure(lambda t: t[:0], element if len(element) > 1 else element[0])
+def balanced_sizes(samples: int, batches: int) -> list[int]:
+    """`samples` cut into `batches` batch sizes as even as possible (they differ by at most one)."""
+    small, larger = divmod(samples, batches)
+    return [small + 1] * larger + [small] * (batches - larger)
+
+
+def arrays_in_batches(arrays: tuple, sizes: list[int]) -> tf.data.Dataset:
+    """(x, y, sample_weight) arrays as one dataset element per size in `sizes`, in order, none empty: the
+    way an evaluation part is cut into exactly as many batches as every replica runs steps."""
+    present = tuple(a for a in arrays if a is not None)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    bounds = tf.data.Dataset.from_tensor_slices((starts, np.asarray(sizes, np.int64)))
+    whole = tf.data.Dataset.from_tensors(present[0] if len(present) == 1 else present).repeat()
+    return tf.data.Dataset.zip((bounds, whole)).map(
+        lambda bound, arrays: tf.nest.map_structure(lambda a: a[bound[0] : bound[0] + bound[1]], arrays),
+        deterministic=True,
     )
-    return dataset.concatenate(empty.repeat()).take(batches)
+
+
+def split_first_batches(dataset: tf.data.Dataset, count: int) -> tf.data.Dataset:
+    """The dataset with its first `count` batches each cut in two halves (the first half the larger), the
+    rest as they are: `count` more batches of the same samples, none empty while each cut batch holds at
+    least two samples (checked when read)."""
+
+    def halves(*element: Any) -> tf.data.Dataset:
+        element = element if len(element) > 1 else element[0]
+        size = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
+        check = tf.debugging.assert_greater_equal(
+            size,
+            tf.constant(2, tf.int64),
+            message="kscale: an evaluation batch of 1 sample cannot be shared by two replicas; evaluate "
+            "with batches of at least 2 samples",
+        )
+        with tf.control_dependencies([check]):
+            cut = (size + 1) // 2
+        first = tf.nest.map_structure(lambda t: t[:cut], element)
+        second = tf.nest.map_structure(lambda t: t[cut:], element)
+        return tf.data.Dataset.from_tensors(first).concatenate(tf.data.Dataset.from_tensors(second))
+
+    if count < 1:
+        return dataset
+    return dataset.take(count).flat_map(halves).concatenate(dataset.skip(count))
 
 
 def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:

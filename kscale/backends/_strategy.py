@@ -145,18 +145,45 @@ class StrategyBackend(Backend):
         return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
 
     def _uneven_feed(self, part: sharding.WorkerPart, request: sharding.FeedRequest) -> sharding.Feed:
-        """Evaluation to the last sample: every replica runs as many steps as the largest part needs, those
-        that run out get batches of zero samples; metric states are summed over replicas when read."""
-        longest = part.longest
-        if longest is None:
+        """Evaluation to the last sample: every replica runs the same number of steps, and no replica is
+        ever handed a batch of zero samples (TensorFlow's CPU kernels mishandle them: oneDNN's conv2d and
+        matmul fail on an empty batch). Array parts are cut into exactly steps × replicas batches of even
+        sizes; a worker with one batch fewer cuts its first batches in two. Metric states are summed over
+        replicas when read, and Keras weighs each batch's loss by its size, so the results are exact."""
+        longest, shortest, per_worker = part.longest, part.shortest, self.replicas_per_worker
+        if longest is None or shortest is None or part.length is None:
             raise sharding.unknown_length(request.what)
+        notes = list(part.notes)
         if part.kind == "arrays":
-            longest = math.ceil(longest / request.per_replica)  # samples -> per-replica batches
-        per_worker = self.replicas_per_worker
-        steps = math.ceil(longest / per_worker)
-        epoch = tf_data.pad_with_empty_batches(tf_data.as_dataset(part, request), steps * per_worker).repeat()
-        distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
-        return sharding.Feed(distributed, steps=steps, notes=list(part.notes), epoch_steps=steps)
+            # As many steps as the largest part needs at the asked batch, but no more than the smallest
+            # part can fill with one sample per replica and step (only a tiny part or batch runs short).
+            steps = min(math.ceil(longest / (per_worker * request.per_replica)), shortest // per_worker)
+            if steps < 1:
+                raise DataError(
+                    f"the {request.what} has {shortest} sample(s) on some worker, fewer than its "
+                    f"{per_worker} replicas: a replica would get no sample. Give at least "
+                    f"{per_worker * request.shard.count} samples, or evaluate on fewer replicas."
+                )
+            sizes = tf_data.balanced_sizes(part.length, steps * per_worker)
+            arrays = (part.x, part.y, part.sample_weight)
+            dataset = tf_data.arrays_in_batches(arrays, sizes)
+            if max(sizes) > request.per_replica:
+                notes.append(
+                    f"{request.what} evaluated in batches of up to {max(sizes)} samples (more than "
+                    f"{request.per_replica}), so that every replica has a sample at every step"
+                )
+        else:
+            steps = math.ceil(longest / per_worker)
+            extra = steps * per_worker - part.length
+            if extra > part.length:
+                raise DataError(
+                    f"the {request.what} gives this worker {part.length} batch(es) for {per_worker} replicas "
+                    f"and {steps} step(s): a replica would get no sample. Use smaller batches (at least "
+                    f"{per_worker * request.shard.count} batches in all), or evaluate on fewer replicas."
+                )
+            dataset = tf_data.split_first_batches(tf_data.as_dataset(part, request), extra)
+        distributed = self.strategy.distribute_datasets_from_function(lambda _: dataset.repeat())
+        return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
 
 
 class MultiWorker(StrategyBackend):

@@ -21,8 +21,8 @@ from kscale.keras2.learning_rate import RATES
 class Keras2Family:
     generation = 2
     learning_rates = RATES
-    # Keras 2 evaluates one process's data alone, and under a tf.distribute strategy hands empty batches to
-    # replicas that have run out until every worker has (partial-batch handling).
+    # Keras 2 evaluates uneven parts to the last sample: each process alone (Horovod), or under a
+    # tf.distribute strategy with every replica's part cut into as many non-empty batches as it runs steps.
     uneven_evaluation = True
 
     @staticmethod

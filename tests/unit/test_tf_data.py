@@ -232,14 +232,40 @@ def test_sequence_to_dataset_round_trip(as_list):
     assert sequence.epochs_ended == 1  # one pass ends one epoch
 
 
-def test_pad_with_empty_batches_adds_batches_of_zero_samples_with_the_same_structure():
-    from kscale.tf_data import pad_with_empty_batches
+def test_balanced_sizes_differ_by_at_most_one_and_add_up():
+    from kscale.tf_data import balanced_sizes
 
-    dataset = tf.data.Dataset.from_tensor_slices((np.ones((5, 3), "float32"), np.arange(5))).batch(2)
-    padded = list(pad_with_empty_batches(dataset, 5).as_numpy_iterator())
-    assert [len(x) for x, _ in padded] == [2, 2, 1, 0, 0]
-    assert padded[-1][0].shape == (0, 3) and padded[-1][1].shape == (0,)
-    assert [len(x) for x, _ in pad_with_empty_batches(dataset, 2)] == [2, 2]
+    assert balanced_sizes(20, 4) == [5, 5, 5, 5]
+    assert balanced_sizes(51, 4) == [13, 13, 13, 12]
+    assert balanced_sizes(3, 3) == [1, 1, 1]
+
+
+def test_arrays_in_batches_gives_every_sample_once_in_the_sizes_asked():
+    from kscale.tf_data import arrays_in_batches
+
+    x, y = np.arange(14, dtype="float32").reshape(7, 2), np.arange(7)
+    batches = list(arrays_in_batches((x, y, None), [2, 2, 2, 1]).as_numpy_iterator())
+    assert [len(bx) for bx, _ in batches] == [2, 2, 2, 1]
+    np.testing.assert_array_equal(np.concatenate([by for _, by in batches]), y)
+    np.testing.assert_array_equal(np.concatenate([bx for bx, _ in batches]), x)
+
+
+def test_split_first_batches_cuts_them_in_halves_and_keeps_every_sample():
+    from kscale.tf_data import split_first_batches
+
+    dataset = tf.data.Dataset.from_tensor_slices(({"a": np.arange(7.0)}, np.arange(7))).batch(3)
+    split = list(split_first_batches(dataset, 2).as_numpy_iterator())
+    assert [len(y) for _, y in split] == [2, 1, 2, 1, 1]
+    np.testing.assert_array_equal(np.concatenate([y for _, y in split]), np.arange(7))
+    assert [len(y) for _, y in split_first_batches(dataset, 0)] == [3, 3, 1]
+
+
+def test_split_first_batches_refuses_to_make_an_empty_batch():
+    from kscale.tf_data import split_first_batches
+
+    dataset = tf.data.Dataset.from_tensor_slices(np.arange(3.0)).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="batches of at least 2 samples"):
+        list(split_first_batches(dataset, 1))
 
 
 # -- file-level sharding --------------------------------------------------------------------------------------
