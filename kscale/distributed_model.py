@@ -103,9 +103,8 @@ def distribute(model: Any, **options: Any) -> Any:
         object.__setattr__(placed, name, types.MethodType(method, placed))
     if hasattr(type(placed), "__deepcopy__"):  # tf.keras defines its own; Keras 3 copies through pickling
         object.__setattr__(placed, "__deepcopy__", types.MethodType(_deepcopy, placed))
-    if _has_own_compile(placed):  # compiled by the user's own compile already: its optimizers are attributes
-        _state(placed).scales_model_optimizer = False
-        _prepare_own_optimizers(placed)
+    if _compile_refuses(placed, args):  # compiled by the user's own compile, which kscale cannot call again
+        _adopt_own_compile(placed, optimizer)
         return placed
     placed.compile(optimizer=optimizer, **args)  # kscale's compile: scales and wraps the optimizer
     backend.carry_optimizer_state(optimizer, placed)  # a loaded checkpoint's momentum, moments and steps
@@ -114,7 +113,40 @@ def distribute(model: Any, **options: Any) -> Any:
 
 def _has_own_compile(model: Any) -> bool:
     """The model's class defines a compile of its own signature (no `optimizer`), as keras.io's GAN does."""
-    return "optimizer" not in inspect.signature(type(model).compile).parameters
+    return not _compile_takes_optimizer(model)
+
+
+def _compile_takes_optimizer(model: Any) -> bool:
+    return "optimizer" in inspect.signature(type(model).compile).parameters
+
+
+def _compile_refuses(model: Any, args: dict) -> bool:
+    """The model's compile cannot be called again with the arguments Keras recorded: the class's own
+    compile takes other ones (keras.io's GAN: two optimizers and a loss function; its knowledge
+    distillation: compile(optimizer, metrics, student_loss_fn, distillation_loss_fn, alpha, temperature),
+    which calls Keras' compile with only some of them)."""
+    try:
+        inspect.signature(type(model).compile).bind(model, optimizer=None, **args)
+    except TypeError:
+        return True
+    return False
+
+
+def _adopt_own_compile(model: Any, optimizer: Any) -> None:
+    """After the user's own compile: every optimizer the model holds gets its rate scaled and the backend's
+    form. model.optimizer is one of them where the class's compile takes an optimizer (and hands it to
+    Keras' compile, which trains with it); otherwise it is Keras' unused default."""
+    state = _state(model)
+    if _compile_takes_optimizer(model):
+
+        def set_optimizer(optimizer: Any, **_: Any) -> None:  # what else it compiled stays as it is
+            model.optimizer = optimizer
+
+        _compile_optimizer(model, set_optimizer, optimizer, {})
+        state.backend.carry_optimizer_state(optimizer, model)
+    else:
+        state.scales_model_optimizer = False
+    _prepare_own_optimizers(model)
 
 
 def _prepare_own_optimizers(model: Any) -> None:
@@ -217,30 +249,37 @@ def _arguments(model: Any, name: str, args: tuple, kwargs: dict) -> dict[str, An
 # -- the methods bound to a distributed model ---------------------------------------------------------------
 def _compile(self, *args: Any, **kwargs: Any) -> None:
     """Keras' compile, with the learning rate scaled for the replicas and the optimizer the backend needs."""
-    state = _state(self)
-    backend, opts = state.backend, state.options
     if _has_own_compile(self):  # the user's compile, in the backend's scope; then its optimizers
-        with backend.scope():
+        with _state(self).backend.scope():
             _keras(self, "compile")(*args, **kwargs)
         _prepare_own_optimizers(self)
         return
     arguments = _arguments(self, "compile", args, kwargs)
-    optimizer = backend.resolve_optimizer(arguments.pop("optimizer", "rmsprop"))
+    optimizer = arguments.pop("optimizer", "rmsprop")
+    _compile_optimizer(self, _keras(self, "compile"), optimizer, arguments)
+    _prepare_own_optimizers(self)
+
+
+def _compile_optimizer(model: Any, compile_fn: Callable[..., None], optimizer: Any, arguments: dict) -> None:
+    """Compile through `compile_fn` with `optimizer`'s rate scaled for the replicas, in the backend's form."""
+    state = _state(model)
+    backend, opts = state.backend, state.options
+    optimizer = backend.resolve_optimizer(optimizer)
     base = backend.unscaled_learning_rate(backend.learning_rate_of(optimizer))  # never scaled twice
     factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
     state.warmup = opts.warmup_epochs > 0 and factor != 1.0
     scaled = (
         backend.scaled_learning_rate(base, factor, state.warmup) if factor != 1.0 or state.warmup else None
     )
-    backend.compile(_keras(self, "compile"), optimizer, scaled, arguments, state.backend_options)
+    backend.compile(compile_fn, optimizer, scaled, arguments, state.backend_options)
     state.optimizer, state.compile_args = optimizer, arguments
     state.rate_factor = factor
-    state.rate_factor_variable = backend.rate_factor_variable(self.optimizer, factor)
+    state.rate_factor_variable = backend.rate_factor_variable(model.optimizer, factor)
     # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
     # new schedule object, and fit() must set the warmup steps on the one that is actually used.
-    state.learning_rate = backend.learning_rate_of(self.optimizer)
+    state.learning_rate = backend.learning_rate_of(model.optimizer)
     _set_plan(
-        self,
+        model,
         dataclasses.replace(
             state.plan,
             learning_rate_before=backend.describe_learning_rate(base),
@@ -248,8 +287,6 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
             warmup_epochs=float(opts.warmup_epochs) if state.warmup else 0.0,
         ),
     )
-
-    _prepare_own_optimizers(self)
 
 
 def _fit(self, *args: Any, **kwargs: Any) -> Any:

@@ -85,7 +85,7 @@ class Keras3Family:
         return rebuild.clone_optimizer(optimizer, learning_rate, options.gradient_accumulation_steps)
 
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
-        """Nothing: a Keras 3 optimizer is built by the first step, after distribute()."""
+        rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
 
     def rate_factor_variable(self, backend: Any, optimizer: Any, factor: float) -> Any:
         return None  # none: the rate is restored as saved

@@ -86,3 +86,33 @@ def clone_optimizer(optimizer: Any, learning_rate: Any, gradient_accumulation_st
     if gradient_accumulation_steps > 1:
         config["gradient_accumulation_steps"] = gradient_accumulation_steps
     return optimizer.__class__.from_config(config)
+
+
+def carry_optimizer_state(old: Any, new: Any, model: Any, scope: Any) -> None:
+    """Give `new` (the optimizer kscale compiled) the step count and slots of `old`, when `old` was built
+    and trained (a model from keras.models.load_model, a model trained before distribute()): a resumed
+    job keeps its Adam moments, momentum and step count. The learning rate is left as compiled (scaled
+    for this world). `new` is built in `scope` (the strategy's, or the distribution's: on JAX, creating
+    variables is collective, and every process gets here). Nothing when the two hold other variables."""
+    if new is old or old is None or not getattr(old, "built", False):
+        return
+    if int(keras.ops.convert_to_numpy(old.iterations)) == 0:
+        return
+    saved = [np.asarray(keras.ops.convert_to_numpy(v)) for v in _state_variables(old)]
+    if not getattr(new, "built", False):
+        with scope:
+            new.build(model.trainable_variables)
+    targets = _state_variables(new)
+    if [v.shape for v in saved] != [tuple(v.shape) for v in targets]:
+        return
+    for variable, value in zip(targets, saved):
+        variable.assign(value)
+
+
+def _state_variables(optimizer: Any) -> list:
+    """The optimizer's variables but its learning rate(s): the step count, slots, loss scale."""
+    optimizers = [optimizer]
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizers.append(optimizer.inner_optimizer)
+    rates = {id(_keras_private.learning_rate_object(o)) for o in optimizers}
+    return [v for v in optimizer.variables if id(v) not in rates]

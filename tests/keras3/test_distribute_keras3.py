@@ -342,3 +342,26 @@ def test_a_models_local_copy_goes_with_the_model():
     del model, copy_of_model
     gc.collect()
     assert len(backend.family._local_copies) == 0
+
+
+def test_a_loaded_models_optimizer_state_is_carried_into_the_scaled_optimizer(distribute_as_worker, tmp_path):
+    # keras.io "resume from a saved model": load_model brings the built optimizer (step count, Adam's
+    # moments); the optimizer kscale compiles with the scaled rate must start from that state, not zero.
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    model.fit(X, Y, batch_size=4, epochs=2, verbose=0)
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    saved = loaded.optimizer
+    before = {v.path: np.asarray(v) for v in saved.variables}
+    assert int(saved.iterations) > 0 and len(before) > 2  # built and trained
+
+    resumed = distribute_as_worker(loaded)
+    assert resumed.optimizer is not saved  # the rate is scaled on a new optimizer
+    after = {v.path: np.asarray(v) for v in resumed.optimizer.variables}
+    assert after.keys() == before.keys()
+    for path, value in before.items():
+        if path.endswith("learning_rate"):
+            np.testing.assert_allclose(after[path], 2 * value)  # this world's rate, not the file's
+        else:
+            np.testing.assert_array_equal(after[path], value, err_msg=path)
