@@ -21,13 +21,15 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from kscale import _keras_private, agreement, backends, frameworks, log
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
-from kscale.sharding import FeedRequest, Shard, flatten, is_array_data, split_validation
+from kscale.sharding import FeedRequest, Shard, class_weighted, flatten, is_array_data, split_validation
 
 _KERAS_DEFAULT_BATCH = 32
 _STATE = "_kscale_state"
@@ -318,6 +320,8 @@ def _fit_in_this_world(
             (x, y, sample_weight), a["validation_split"]
         )
         a["validation_split"] = 0.0
+    if a.get("class_weight") is not None:  # as sample weights, cut with the samples
+        x, y, sample_weight = _with_class_weight(x, y, sample_weight, a.pop("class_weight"), a)
     request = _request(state, per_replica, a.get("shuffle", True), user_steps, "training data")
     _check_same_arrays(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
@@ -361,6 +365,19 @@ def _fit_in_this_world(
     a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale]
     with backend.keras_steps():
         return _keras(self, "fit")(**a)
+
+
+def _with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, arguments: dict) -> tuple:
+    """Keras' class_weight turned into sample weights before kscale cuts the data (arrays, tf.data), as
+    Keras itself turns it; other data keeps it for Keras."""
+    if is_array_data(x) and y is not None:
+        return x, y, class_weighted(y, sample_weight, class_weight)
+    if type(x).__module__.startswith("tensorflow"):  # a tf.data.Dataset: TensorFlow is imported already
+        from kscale import tf_data
+
+        return tf_data.with_class_weight(x, class_weight), y, sample_weight
+    arguments["class_weight"] = class_weight
+    return x, y, sample_weight
 
 
 def _replan_world(model: Any) -> None:
@@ -605,12 +622,21 @@ def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
 
 
 def _check_same_arrays(backend: Backend, request: FeedRequest, x: Any, y: Any, sample_weight: Any) -> None:
-    """Arrays cut into a part per worker must be the same arrays on every worker (one small gather): else
+    """Data cut into a part per worker must be the same data on every worker (one small gather): else
     the parts overlap and miss samples (an unseeded shuffle or split), or are cut twice (a script that
-    already took its own part). Other data (datasets, Sequences) is read, not compared."""
-    if request.shard.count < 2 or not is_array_data(x):
+    already took its own part). Arrays are compared by a sample of their rows; a Keras Sequence / PyDataset
+    (cut by batch) by its length and a few of its batches (its first, middle and last): one that shuffles
+    itself unseeded in __init__, as ImageDataGenerator().flow-shaped ones do, differs there. tf.data
+    datasets and generators are read, not compared."""
+    if request.shard.count < 2:
         return
-    arrays = [a for value in (x, y, sample_weight) if value is not None for a in flatten(value)]
+    if is_array_data(x):
+        arrays = [a for value in (x, y, sample_weight) if value is not None for a in flatten(value)]
+    elif isinstance(x, backend.keras_module().utils.Sequence) and len(x) > 0:
+        picked = sorted({0, len(x) // 2, len(x) - 1})
+        arrays = [np.asarray([len(x)]), *(np.asarray(a) for i in picked for a in flatten(x[i]))]
+    else:
+        return
     agreement.check_same_data(backend.gather(agreement.data_fingerprint(arrays)), request.what)
 
 

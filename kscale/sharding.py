@@ -108,6 +108,28 @@ def split_validation(arrays: tuple, validation_split: float) -> tuple[tuple, tup
     return train, val
 
 
+def class_labels(y: Any) -> np.ndarray:
+    """The class index of each sample, as Keras reads it for class_weight: integer labels, or the argmax
+    of one-hot (or probability) rows."""
+    labels = np.asarray(y)
+    if labels.ndim > 1:
+        labels = labels.argmax(axis=-1) if labels.shape[-1] > 1 else labels.squeeze(axis=-1)
+    return np.round(labels).astype(np.int64)
+
+
+def class_weighted(y: Any, sample_weight: Any, class_weight: dict) -> np.ndarray:
+    """Keras' `class_weight` as sample weights (times any sample weights given), computed once on the
+    whole arrays: kscale cuts the weights with the samples, so every backend applies them alike (a
+    tf.distribute strategy takes no class_weight on the dataset kscale hands it)."""
+    if isinstance(y, dict | list | tuple):
+        raise DataError(
+            "class_weight is only supported for a model with one output (as in Keras); for several outputs "
+            "pass sample_weight instead."
+        )
+    weights = np.array([float(class_weight.get(int(c), 1.0)) for c in class_labels(y)], np.float32)
+    return weights if sample_weight is None else np.asarray(sample_weight, np.float32) * weights
+
+
 @dataclasses.dataclass(frozen=True)
 class FeedRequest:
     """What fit/evaluate asked for, as one worker sees it."""

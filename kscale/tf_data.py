@@ -286,6 +286,32 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
     return other_part(x, y, sample_weight, request)
 
 
+def with_class_weight(dataset: tf.data.Dataset, class_weight: dict) -> tf.data.Dataset:
+    """A dataset of (x, y[, sample_weight]) batches with Keras' class_weight applied as sample weights (as
+    Keras' own data handler maps it), before kscale distributes it: a distributed dataset has no map."""
+    classes = max(int(c) for c in class_weight) + 1
+    table = tf.constant([float(class_weight.get(c, 1.0)) for c in range(classes)], tf.float32)
+
+    def weighted(*element: Any) -> tuple:
+        if len(element) not in (2, 3) or isinstance(element[1], dict | list | tuple):
+            raise DataError(
+                "class_weight needs a dataset of (x, y) or (x, y, sample_weight) batches with one target; "
+                "pass sample_weight in the dataset instead."
+            )
+        x, y = element[0], element[1]
+        labels = y
+        if labels.shape.rank and labels.shape.rank > 1:
+            labels = tf.argmax(labels, axis=-1) if labels.shape[-1] != 1 else tf.squeeze(labels, axis=-1)
+        indices = tf.cast(tf.round(tf.cast(labels, tf.float32)), tf.int64)
+        known = tf.logical_and(indices >= 0, indices < classes)
+        weights = tf.where(known, tf.gather(table, tf.clip_by_value(indices, 0, classes - 1)), 1.0)
+        if len(element) == 3:
+            weights = tf.cast(element[2], tf.float32) * weights
+        return x, y, weights
+
+    return dataset.map(weighted, deterministic=True)
+
+
 def balanced_sizes(samples: int, batches: int) -> list[int]:
     """`samples` cut into `batches` batch sizes as even as possible (they differ by at most one)."""
     small, larger = divmod(samples, batches)

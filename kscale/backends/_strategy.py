@@ -250,6 +250,7 @@ class OneHostMirrored(StrategyBackend):
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[Any]) -> None:
     """Give every worker's floating-point variables the first worker's values (tf.keras' variables, or
     Keras 3's, which hold a tf.Variable as `.value` and name their dtype as a string)."""
+    variables = [v for v in variables if hasattr(v, "shape")]  # not a lookup layer's table handler
     backing = [v if isinstance(v, tf.Variable) else v.value for v in variables]
     floats = [(v, b) for v, b in zip(variables, backing) if tf.as_dtype(b.dtype).is_floating]
     # This worker's first copy of each variable: reading a sync-on-read variable (batch norm's moving

@@ -150,7 +150,7 @@ class HorovodBackend(Backend):
     def own_callbacks(self) -> list:
         # kscale's own metric averaging: Horovod's MetricAverageCallback imports `keras` directly, which
         # is Keras 3 (not the tf.keras being trained) on TensorFlow >= 2.16.
-        return [BroadcastInitialState(), AverageMetrics(self.average)]
+        return [BroadcastInitialState(), AverageMetrics(self.average, self.reduce_results)]
 
     def user_callbacks(self, callbacks: list) -> list:
         # Without a tf.distribute strategy every rank's BackupAndRestore would write the same files:

@@ -14,6 +14,7 @@ import numpy as np
 
 from kscale import _keras_private
 from kscale.backends._strategy import MultiWorker, sum_over_replicas
+from kscale.backends.keras3_mirrored import refuse_steps_per_execution
 from kscale.keras3.family import Keras3Family, Keras3Options
 
 
@@ -23,6 +24,12 @@ class Keras3MultiWorkerBackend(MultiWorker):
     Options = Keras3Options
     # Evaluation runs on this process's copy of the model (evaluates_on_copy), fed its whole part.
     uneven_evaluation = True
+
+    def compile(
+        self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
+    ) -> None:
+        refuse_steps_per_execution(args, self.num_replicas, self.name)
+        super().compile(compile_fn, optimizer, learning_rate, args, options)
 
     def keras_steps(self) -> contextlib.AbstractContextManager:
         return _keras_private.keras3_multi_worker_fixed()

@@ -39,7 +39,8 @@ def _weights_without_metric_states(model: Any) -> list:
     """The model's weights, less the state of its metrics: Keras 2 counts a metric kept as an attribute
     (the guide's `self.loss_tracker`) among `model.weights`, and each worker's metric state is its own."""
     states = {id(v) for metric in model.metrics for v in metric.variables}
-    return [w for w in model.weights if id(w) not in states]
+    # Arrays only: tf.keras lists a lookup layer's table among the weights as a handler object (no shape)
+    return [w for w in model.weights if id(w) not in states and hasattr(w, "shape")]
 
 
 def agreement_check(backend: Any) -> Any:

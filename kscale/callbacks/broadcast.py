@@ -32,7 +32,9 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         hvd = _optional.horovod_tensorflow()
         optimizer = _optimizer_variables(self.model.optimizer)
-        hvd.broadcast_variables([*self.model.variables, *optimizer], root_rank=self.root_rank)
+        # Not a lookup layer's table, which tf.keras lists among the variables as a handler object
+        variables = [v for v in self.model.variables if isinstance(v, tf.Variable)]
+        hvd.broadcast_variables([*variables, *optimizer], root_rank=self.root_rank)
         self._optimizer_sent = len(optimizer)
 
     def on_train_batch_end(self, batch, logs=None):

@@ -35,9 +35,11 @@ def existing_variables(model: tf.keras.Model) -> list[tf.Variable]:
     """The model's variables that exist: none for a model built on its first batch, before it; those of
     its sub-models for a model without call() (keras.io's GAN), which is never built itself."""
     try:
-        return list(model.variables)
+        variables = list(model.variables)
     except ValueError:  # Keras 2: a subclass with its own build(), not built yet
         return []
+    # Not a lookup layer's table, which Keras lists among them as a handler (StringLookup's vocabulary)
+    return [v for v in variables if isinstance(v, tf.Variable)]
 
 
 def clone_compile_args(args: dict) -> dict:
@@ -177,7 +179,13 @@ def _build_like(clone: tf.keras.Model, model: tf.keras.Model) -> None:
 def _check_same_weights(before: list[np.ndarray], after: list[tf.Variable], name: str) -> None:
     """Shapes only: reading the clone's values would reduce every sync-on-read variable (batch norm's
     moving statistics) over all replicas, one collective each (0.3 s for MobileNetV2 on 2 workers)."""
-    if len(before) != len(after) or any(tuple(a.shape) != tuple(b.shape) for a, b in zip(before, after)):
+    shapes: list = []
+    for weight in after:  # a lookup layer's table is a handler of num_tensors arrays in get_weights()
+        has_shape = hasattr(weight, "shape")
+        shapes.extend([tuple(weight.shape)] if has_shape else [None] * getattr(weight, "num_tensors", 1))
+    if len(before) != len(shapes) or any(
+        shape is not None and tuple(np.shape(a)) != shape for a, shape in zip(before, shapes)
+    ):
         raise ModelError(
             f"rebuilding model {name!r} inside the strategy scope gave different weights "
             f"({len(before)} vs {len(after)} arrays); its get_config() does not describe it fully. "

@@ -97,7 +97,8 @@ def model_weights(model: Any) -> list[np.ndarray]:
     """The model's weights without its metrics' state, which is each worker's own (Keras 2 counts a metric
     kept as an attribute among the weights)."""
     states = {id(v) for metric in model.metrics for v in metric.variables}
-    return [np.asarray(w) for w in model.weights if id(w) not in states]
+    # not a lookup layer's table (tf.keras lists it among the weights as a handler, with no shape)
+    return [np.asarray(w) for w in model.weights if id(w) not in states and hasattr(w, "shape")]
 
 
 def _plain(value: Any) -> Any:

@@ -56,7 +56,9 @@ def distiller_class(job):
             self.teacher = teacher
             self.student = student
 
-        def compile(self, optimizer, metrics, student_loss_fn, distillation_loss_fn, alpha=0.1, temperature=3):
+        def compile(
+            self, optimizer, metrics, student_loss_fn, distillation_loss_fn, alpha=0.1, temperature=3
+        ):
             super().compile(optimizer=optimizer, metrics=metrics)
             self.student_loss_fn = student_loss_fn
             self.distillation_loss_fn = distillation_loss_fn
