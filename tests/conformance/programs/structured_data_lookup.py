@@ -1,6 +1,7 @@
 """keras.io "Structured data classification from scratch": a dict of named feature columns, each encoded
 inside the model by a preprocessing layer adapted to the training data (StringLookup and IntegerLookup
-one-hot, Normalization), concatenated into a small Dense classifier, trained from the dict of arrays.
+one-hot, Normalization), concatenated into a small Dense classifier, trained from a tf.data dataset of
+(dict of columns, target) batches, as the example builds it from its dataframe.
 The lookup layers keep their vocabulary in tables, not variables: kscale's broadcast, its same-weights
 check and any copy of the model must take them as they are."""
 
@@ -55,16 +56,13 @@ def main(job):
         optimizer=keras.optimizers.Adam(job.rate(0.01)), loss="binary_crossentropy", metrics=["accuracy"]
     )
     model = job.distribute(model)
-    history = model.fit(
-        train,
-        target[:80],
-        batch_size=job.batch(8),
-        epochs=2,
-        shuffle=False,
-        validation_data=(val, target[80:]),
-        verbose=0,
-    )
+    import tensorflow as tf
+
+    train_ds = tf.data.Dataset.from_tensor_slices((train, target[:80])).batch(job.batch(8))
+    val_ds = tf.data.Dataset.from_tensor_slices((val, target[80:])).batch(job.batch(4))
+    history = model.fit(train_ds, epochs=2, validation_data=val_ds, verbose=0)
     job.record("history", history.history)
-    job.record("evaluate", model.evaluate(val, target[80:], verbose=0))
-    job.record("predict", model.predict({k: v[:4] for k, v in val.items()}, verbose=0))
+    job.record("evaluate", model.evaluate(val_ds, verbose=0))
+    first = {k: v[:4] for k, v in val.items()}
+    job.record("predict", model.predict(tf.data.Dataset.from_tensors(first), verbose=0))
     return model
