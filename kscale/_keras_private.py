@@ -35,6 +35,16 @@ def learning_rate_object(optimizer: Any) -> Any:
     return rate
 
 
+def allow_replica_batch_mean(loss: Any) -> None:
+    """Let a tf.keras Loss object reduce over its replica's batch (SUM_OVER_BATCH_SIZE, the default) when a
+    train_step of one's own calls it under a tf.distribute strategy, as Keras' compile lets the losses it
+    is given (the flag is the one `keras/src/engine/compile_utils.py` sets on them). tf.keras raises a
+    ValueError otherwise ("Please use Reduction.SUM or NONE...") because a strategy sums the replicas'
+    gradients; kscale averages the gradients of a loss Keras did not divide (kscale.backends._replica_mean),
+    so the per-replica mean trains as one process does. Keras 3 has no such check."""
+    loss._allow_sum_over_batch_size = True
+
+
 def results_in_keras_order(model: Any, logs: dict) -> Any:
     """evaluate()'s list (return_dict=False) from its dict, in the order Keras itself returns: the loss
     first, then the compiled metrics, then the rest by name (a lone number alone).

@@ -148,6 +148,7 @@ def _adopt_own_compile(model: Any, optimizer: Any) -> None:
         state.backend.carry_optimizer_state(optimizer, model)
     else:
         state.scales_model_optimizer = False
+    state.backend.allow_own_losses(model)
     _prepare_own_optimizers(model)
 
 
@@ -254,6 +255,7 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
     if _has_own_compile(self):  # the user's compile, in the backend's scope; then its optimizers
         with _state(self).backend.scope():
             _keras(self, "compile")(*args, **kwargs)
+        _state(self).backend.allow_own_losses(self)
         _prepare_own_optimizers(self)
         return
     arguments = _arguments(self, "compile", args, kwargs)
@@ -334,7 +336,7 @@ def _fit_in_this_world(
         given = a.get("validation_batch_size")
         val_batch = _per_replica_batch(state, given) if given else per_replica
         val_request = _request(
-            state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True
+            state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True, model=self
         )
         _check_same_arrays(backend, val_request, vx, vy, vsw)
         val = backend.feed(vx, vy, vsw, val_request)
@@ -414,7 +416,9 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     a = _arguments(self, "evaluate", args, kwargs)
     backend.build_on_first_batch(self, a.get("x"))
     per_replica = _per_replica_batch(state, a.get("batch_size"))
-    request = _request(state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True)
+    request = _request(
+        state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True, model=self
+    )
     _check_same_arrays(backend, request, a.get("x"), a.get("y"), a.get("sample_weight"))
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
@@ -647,6 +651,7 @@ def _request(
     user_steps: int | None,
     what: str,
     evaluation: bool = False,
+    model: Any = None,
 ) -> FeedRequest:
     """What one worker is asked to feed: its shard, and steps counted for one replica divided among them.
 
@@ -665,6 +670,8 @@ def _request(
         shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
     else:
         shard = Shard()
+    if evaluation and model is not None:
+        shard = backend.evaluation_shard(model, shard)
     every_sample = policy is DataPolicy.EVERY_SAMPLE and not evaluation
     return FeedRequest(
         per_replica,

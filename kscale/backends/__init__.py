@@ -243,7 +243,7 @@ def startup() -> None:
     except (OptionError, BackendError):
         return  # distribute() reports it, with the model in hand
     if chosen.create_at_import:
-        current(keras=keras)
+        current(keras=keras).at_import()
 
 
 def _pin_gpu(local_rank: int) -> None:

@@ -29,6 +29,20 @@ class StrategyBackend(Backend):
     def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)
         self._strategy: tf.distribute.Strategy | None = None
+        self._process_strategy = False  # set as the process's strategy by at_import
+
+    def at_import(self) -> None:
+        """Make the strategy the process's own (tf.distribute.experimental_set_strategy), as the JAX backend
+        sets the job's keras.distribution: every model the script builds after `import kscale` has its
+        variables in the strategy from the start, so distribute() trains that very model, whatever its
+        __init__ takes (keras.io's VAE, GAN, Distiller), with no copy rebuilt from its config. The script
+        then runs as inside `with strategy.scope():`, TensorFlow's own way (np.asarray of a variable that
+        is synchronised on read, an optimizer's step count, raises there: read it with .numpy())."""
+        tf.distribute.experimental_set_strategy(self.strategy)
+        self._process_strategy = True
+
+    def outside_distribution(self) -> contextlib.AbstractContextManager:
+        return _outside_process_strategy() if self._process_strategy else contextlib.nullcontext()
 
     def make_strategy(self) -> tf.distribute.Strategy:
         raise NotImplementedError
@@ -64,9 +78,10 @@ class StrategyBackend(Backend):
 
     def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
         several = self.num_workers > 1
-        if getattr(model, "distribute_strategy", None) is self.strategy:  # built inside kscale.scope()
+        # Built in the strategy: after `import kscale` (multi_worker), or inside kscale.scope()
+        if getattr(model, "distribute_strategy", None) is self.strategy:
             if several:
-                broadcast_from_first_replica(self.strategy, model.weights)
+                broadcast_from_first_replica(self.strategy, _existing_weights(model))
             return model
         # The first worker's weights, agreed on before the copy is built: one collective per dtype, not
         # one per variable after it (1.0 s less to MobileNetV2's first step on 2 workers; kscale bench).
@@ -245,6 +260,26 @@ class OneHostMirrored(StrategyBackend):
             "replicated: make the GPUs visible (CUDA_VISIBLE_DEVICES), or pass devices=[...]; on CPU, split it "
             "into logical devices with tf.config.set_logical_device_configuration before `import kscale`"
         ]
+
+
+@contextlib.contextmanager
+def _outside_process_strategy() -> Any:
+    """Build and run Keras objects on this process's devices only (a Keras 3 model's local copy for
+    evaluation), then make the strategy the process's own again."""
+    strategy = tf.distribute.get_strategy()
+    tf.distribute.experimental_set_strategy(None)
+    try:
+        yield
+    finally:
+        tf.distribute.experimental_set_strategy(strategy)
+
+
+def _existing_weights(model: Any) -> list:
+    """The model's weights, none for a tf.keras model built on its first batch (not built yet)."""
+    try:
+        return list(model.weights)
+    except ValueError:
+        return []
 
 
 def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables: list[Any]) -> None:

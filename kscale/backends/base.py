@@ -74,6 +74,10 @@ class Backend(abc.ABC):
     def setup(self) -> None:
         """Initialise the runtime and pin devices; called once, before the first model."""
 
+    def at_import(self) -> None:
+        """What `import kscale` does with a backend it creates then (`create_at_import`), before the user's
+        models exist: nothing here."""
+
     @property
     def num_workers(self) -> int:
         return 1 if self.one_process else self.env.world_size
@@ -190,6 +194,11 @@ class Backend(abc.ABC):
         """A new optimizer of the same class and settings with `learning_rate`."""
         return self.family.clone_optimizer(optimizer, learning_rate, options)
 
+    def allow_own_losses(self, model: Any) -> None:
+        """Loss objects the model holds for its own train_step may reduce over each replica's batch (kscale
+        averages the gradients of a loss Keras did not divide)."""
+        self.family.allow_own_losses(model)
+
     def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
         """Give the model's newly compiled optimizer the state (steps, slots) of the one it replaced."""
         self.family.carry_optimizer_state(self, old_optimizer, model)
@@ -245,8 +254,26 @@ class Backend(abc.ABC):
         workers (`reduce_results`); or, where this backend `evaluates_on_copy`, the family's evaluation on
         this process's copy of the model compiled with `compile_args` (loss, metrics...)."""
         if self.evaluates_on_copy():
-            return self.family.evaluate_on_copy(self, model, arguments, compile_args)
+            if not self.evaluates_whole(model):
+                return self.family.evaluate_on_copy(self, model, arguments, compile_args)
+            with self.whole_data_on_every_process():  # fed whole (evaluation_shard): one process's numbers
+                return keras_evaluate(**arguments)
         return self.reduce_results(model, keras_evaluate(**arguments))
+
+    def evaluates_whole(self, model: Any) -> bool:
+        """Where evaluation runs on copies: whether this model cannot be copied (its __init__ takes models
+        and it has no get_config: keras.io's Distiller, VAE), so every process evaluates all the data on the
+        model itself instead, as one process does (exact, each process doing the whole work)."""
+        return self.evaluates_on_copy() and not self.family.can_copy(self, model)
+
+    def evaluation_shard(self, model: Any, shard: Any) -> Any:
+        """The part of evaluation data this worker is fed: all of it where the model `evaluates_whole`."""
+        return sharding.Shard() if self.evaluates_whole(model) else shard
+
+    def whole_data_on_every_process(self) -> contextlib.AbstractContextManager:
+        """Where a Keras call on the model computes what one process computes from data every process passes
+        whole; only backends that evaluate on copies need it."""
+        raise NotImplementedError
 
     def evaluates_on_copy(self) -> bool:
         """Whether evaluate() runs on this process's own copy of the model: where Keras' own distributed

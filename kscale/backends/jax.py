@@ -39,6 +39,7 @@ class JaxBackend(Backend):
     def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)
         self._distribution: Any = None
+        self._between: Any = None  # the job's distribution outside kscale's steps
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
@@ -70,6 +71,7 @@ class JaxBackend(Backend):
         between = self._distribution
         if jax.process_count() > 1:
             between = WholeDataOnEveryProcess(devices=devices, auto_shard_dataset=False)
+        self._between = between
         keras.distribution.set_distribution(between)
 
     @property
@@ -135,6 +137,9 @@ class JaxBackend(Backend):
 
     def outside_distribution(self) -> contextlib.AbstractContextManager:
         return _without_distribution()
+
+    def whole_data_on_every_process(self) -> contextlib.AbstractContextManager:
+        return self._between.scope()
 
     def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
         """Each metric state variable reduced over processes as its aggregation says (Keras' default: sum)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import tf_data
+from kscale import _keras_private, tf_data
 from kscale.callbacks import for_this_worker
 from kscale.keras2 import rebuild
 from kscale.keras2.learning_rate import RATES
@@ -74,6 +74,16 @@ class Keras2Family:
 
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         return rebuild.clone_optimizer(optimizer, learning_rate)
+
+    def can_copy(self, backend: Any, model: Any) -> bool:
+        return False  # tf.keras backends evaluate on the model itself
+
+    def allow_own_losses(self, model: Any) -> None:
+        """The Loss objects the model holds (a GAN's loss_fn, a Distiller's student_loss_fn), called in its
+        own train_step, may take their default reduction under a tf.distribute strategy."""
+        for value in vars(model).values():
+            if isinstance(value, tf.keras.losses.Loss):
+                _keras_private.allow_replica_batch_mean(value)
 
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
         rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())

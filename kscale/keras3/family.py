@@ -47,6 +47,7 @@ class Keras3Family:
     def __init__(self) -> None:
         # `local_copy`'s copies, by model: gone with the model (an id could be reused by another one)
         self._local_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._copyable: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # can_copy's answers
 
     @staticmethod
     def keras_module() -> Any:
@@ -84,6 +85,9 @@ class Keras3Family:
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
         return rebuild.clone_optimizer(optimizer, learning_rate, options.gradient_accumulation_steps)
 
+    def allow_own_losses(self, model: Any) -> None:
+        """Nothing: Keras 3's losses take their default reduction under a strategy."""
+
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
         rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
 
@@ -119,6 +123,17 @@ class Keras3Family:
             local = self.local_copy(model, compile_args)
             logs = local.evaluate(**arguments)
             return results_from_states(local, logs, backend.reduced_metric_states, backend.averaged_numbers)
+
+    def can_copy(self, backend: Any, model: Any) -> bool:
+        """Whether `local_copy` can copy `model` (Keras' clone, from its config); tried once per model."""
+        if model not in self._copyable:
+            try:
+                with backend.outside_distribution():
+                    self.local_copy(model)
+                self._copyable[model] = True
+            except Exception:  # the user's get_config / from_config: anything can go wrong there
+                self._copyable[model] = False
+        return self._copyable[model]
 
     def local_copy(self, model: Any, compile_args: dict | None = None) -> Any:
         """A copy of `model` built where this is called (under the backend's `outside_distribution`) with

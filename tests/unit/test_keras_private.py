@@ -104,3 +104,19 @@ def test_on_distribution_loss_scaling_sees_tensorflow_average_a_loss_over_the_gl
     _keras_private.on_distribution_loss_scaling(tf.keras, lambda: calls.append(1))
     assert float(tf.nn.compute_average_loss(tf.constant([1.0, 3.0]))) == 2.0 and calls
     assert tf.nn.compute_average_loss.__name__ == "compute_average_loss"  # wrapped, looks the same
+
+
+def test_a_loss_object_may_reduce_over_the_replica_batch_in_a_train_step_of_ones_own():
+    # tf.keras refuses a default-reduction Loss called under a strategy outside compile; kscale sets the
+    # flag Keras' compile sets (its gradients are averaged over the replicas).
+    loss = tf.keras.losses.MeanSquaredError()
+    y = tf.constant([[1.0], [2.0]])
+    with tf.distribute.MirroredStrategy(["CPU:0"]).scope():
+        try:
+            loss(y, y * 0.5)
+        except ValueError as err:
+            assert "Reduction" in str(err)
+        else:
+            raise AssertionError("tf.keras no longer refuses the loss: kscale's flag may be dropped")
+        _keras_private.allow_replica_batch_mean(loss)
+        assert float(loss(y, y * 0.5)) == 0.625

@@ -11,7 +11,7 @@ from tests.conformance.harness import classes
 
 FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
 EXACT = True
-EXPECT_ERROR_UNDER = {"multi_worker": "ModelError", "mirrored": "ModelError"}
+EXPECT_ERROR_UNDER = {"mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 
 
 def distiller_class(job):
