@@ -166,3 +166,21 @@ def test_unknown_length_advice_names_both_ways_that_keep_training():
     message = str(unknown_length("training data"))
     assert "assert_cardinality(n)" in message
     assert "repeat() the dataset and pass steps_per_epoch" in message
+
+
+def test_class_weight_becomes_sample_weights_as_keras_reads_the_labels():
+    from kscale.sharding import class_weighted
+
+    weights = {0: 0.5, 1: 4.0}
+    np.testing.assert_array_equal(class_weighted(np.array([0, 1, 1, 2]), None, weights), [0.5, 4, 4, 1])
+    one_hot = np.array([[1, 0], [0, 1]], "float32")
+    np.testing.assert_array_equal(class_weighted(one_hot, None, weights), [0.5, 4.0])
+    column = np.array([[0.0], [1.0]])  # binary labels as a column
+    np.testing.assert_array_equal(class_weighted(column, np.array([2.0, 3.0]), weights), [1.0, 12.0])
+
+
+def test_class_weight_with_several_outputs_is_refused_as_keras_refuses_it():
+    from kscale.sharding import class_weighted
+
+    with pytest.raises(DataError, match="one output"):
+        class_weighted({"a": np.zeros(2), "b": np.zeros(2)}, None, {0: 1.0})

@@ -366,3 +366,15 @@ def test_the_datasets_own_auto_shard_policy_overrides_the_choice(tmp_path):
     one_file = _with_policy(tf.data.TFRecordDataset(paths[:1]).batch(5), policy.FILE)
     with pytest.raises(DataError, match="auto_shard_policy is FILE, but it reads 1 file"):
         worker_part(one_file, None, None, request)
+
+
+def test_with_class_weight_adds_the_weights_keras_would_to_a_dataset_of_batches():
+    from kscale.tf_data import with_class_weight
+
+    labels = np.array([0, 1, 1, 2])
+    dataset = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), labels)).batch(2)
+    weights = [w for _, _, w in with_class_weight(dataset, {0: 0.5, 1: 4.0}).as_numpy_iterator()]
+    np.testing.assert_array_equal(np.concatenate(weights), [0.5, 4.0, 4.0, 1.0])
+    weighted = tf.data.Dataset.from_tensor_slices((np.zeros((2, 2)), labels[:2], np.array([2.0, 3.0])))
+    ((_, _, w),) = with_class_weight(weighted.batch(2), {0: 0.5, 1: 4.0}).as_numpy_iterator()
+    np.testing.assert_array_equal(w, [1.0, 12.0])
