@@ -71,8 +71,13 @@ class StrategyBackend(Backend):
         return self.strategy.scope()
 
     # -- the model: variables must live in the strategy's scope ------------------------------------------
+    def check_model(self, model: Any) -> None:
+        super().check_model(model)
+        self.family.check_strategy_model(self, model)
+
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         placed = self._placed(model)
+        self.family.check_strategy_placed(self, placed)
         _replica_mean.watch_steps(placed)
         return placed
 
@@ -95,6 +100,7 @@ class StrategyBackend(Backend):
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
     ) -> None:
+        self.family.check_strategy_compile(self, args)
         # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
         with self.strategy.scope():
             compile_fn(

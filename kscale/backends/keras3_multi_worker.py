@@ -14,11 +14,6 @@ import numpy as np
 
 from kscale import _keras_private
 from kscale.backends._strategy import MultiWorker, sum_over_replicas
-from kscale.backends.keras3_mirrored import (
-    refuse_model_without_call,
-    refuse_steps_per_execution,
-    refuse_uncopyable,
-)
 from kscale.keras3.family import Keras3Family, Keras3Options
 
 
@@ -28,21 +23,6 @@ class Keras3MultiWorkerBackend(MultiWorker):
     Options = Keras3Options
     # Evaluation runs on this process's copy of the model (evaluates_on_copy), fed its whole part.
     uneven_evaluation = True
-
-    def check_model(self, model: Any) -> None:
-        super().check_model(model)
-        refuse_model_without_call(model, self.name)
-
-    def place_model(self, model: Any) -> Any:
-        placed = super().place_model(model)
-        refuse_uncopyable(self, placed)
-        return placed
-
-    def compile(
-        self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
-    ) -> None:
-        refuse_steps_per_execution(args, self.num_replicas, self.name)
-        super().compile(compile_fn, optimizer, learning_rate, args, options)
 
     def keras_steps(self) -> contextlib.AbstractContextManager:
         return _keras_private.keras3_multi_worker_fixed()

@@ -57,6 +57,16 @@ class Keras2Family:
             return
         backend.place_model(model)  # in the backend's scope already: the workers' weights are made equal
 
+    # -- under a tf.distribute strategy: tf.keras takes what one process takes ---------------------------------
+    def check_strategy_model(self, backend: Any, model: Any) -> None:
+        """Nothing to refuse."""
+
+    def check_strategy_placed(self, backend: Any, model: Any) -> None:
+        """Nothing to refuse."""
+
+    def check_strategy_compile(self, backend: Any, args: dict) -> None:
+        """Nothing to refuse."""
+
     # -- the optimizer and its learning rate -------------------------------------------------------------------
     def is_optimizer(self, value: Any) -> bool:
         return isinstance(value, tf.keras.optimizers.Optimizer | tf.keras.optimizers.legacy.Optimizer)

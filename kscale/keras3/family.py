@@ -16,7 +16,7 @@ import numpy as np
 
 from kscale import _keras_private
 from kscale.callbacks import for_this_worker
-from kscale.errors import OptionError
+from kscale.errors import BackendError, ModelError, OptionError
 from kscale.keras3 import data, rebuild
 from kscale.keras3.learning_rate import RATES
 from kscale.metric_states import results_from_states
@@ -65,6 +65,47 @@ class Keras3Family:
 
     def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
         """Nothing: Keras 3 builds it on its first batch, inside the scope its fit enters."""
+
+    # -- what Keras 3 cannot do under a tf.distribute strategy: stopped before training, saying what works --
+    def check_strategy_model(self, backend: Any, model: Any) -> None:
+        """Keras 3's TensorFlow trainer builds a model under a strategy by calling it on the first batch
+        ("Unable to automatically build the model"), which a model without call() (keras.io's GAN, whose
+        train_step calls its sub-models) cannot take; one process never does that build."""
+        if type(model).call is keras.Model.call:
+            raise ModelError(
+                f"{type(model).__name__} has no call(), and Keras 3's TensorFlow trainer builds every model "
+                f"it trains under a tf.distribute strategy (the {backend.name} backend) by calling it, a limit "
+                "of Keras itself. Give the model a call() (keras.io's Distiller calls its student), or train "
+                "it with tf.keras (TF_USE_LEGACY_KERAS=1 with tf_keras; kscale's horovod, multi_worker and "
+                "mirrored backends take it)."
+            )
+
+    def check_strategy_placed(self, backend: Any, model: Any) -> None:
+        """Keras 3 under a strategy evaluates on each process's copy of the model (Keras' own distributed
+        evaluate loses or miscounts samples): a model Keras cannot copy from its config (keras.io's
+        Distiller: its __init__ takes models, no get_config) would fail at its first evaluation, halfway
+        through fit."""
+        if backend.evaluates_on_copy() and not self.can_copy(backend, model):
+            raise ModelError(
+                f"Keras 3 under a tf.distribute strategy (the {backend.name} backend) evaluates on a copy of "
+                f"the model on each worker, and Keras cannot copy {type(model).__name__} from its config (its "
+                "__init__ takes arguments get_config() does not return). Give it get_config() and "
+                "from_config() (keras.saving.serialize_keras_object / deserialize_keras_object for "
+                "sub-models), or train it with Keras 3 on JAX (KERAS_BACKEND=jax, `kscale run --engine "
+                "jax`), which evaluates it as it is."
+            )
+
+    def check_strategy_compile(self, backend: Any, args: dict) -> None:
+        """Keras 3's TensorFlow trainer fails under a strategy with steps_per_execution > 1 (deep in its
+        symbolic step: "You must feed a value for placeholder tensor"; Keras 3.15.1, without kscale too)."""
+        steps = args.get("steps_per_execution") or 1
+        if backend.num_replicas > 1 and isinstance(steps, int) and steps > 1:
+            raise BackendError(
+                f"compile(steps_per_execution={steps}) fails in Keras 3's TensorFlow trainer under a "
+                f"tf.distribute strategy (the {backend.name} backend), a bug of Keras itself. Compile with "
+                "steps_per_execution=1 (the default) here, or train with Keras 3 on JAX (KERAS_BACKEND=jax, "
+                "`kscale run --engine jax`), where it works."
+            )
 
     # -- the optimizer and its learning rate -------------------------------------------------------------------
     def is_optimizer(self, value: Any) -> bool:
