@@ -629,8 +629,9 @@ def _check_same_arrays(backend: Backend, request: FeedRequest, x: Any, y: Any, s
     """Data cut into a part per worker must be the same data on every worker (one small gather): else
     the parts overlap and miss samples (an unseeded shuffle or split), or are cut twice (a script that
     already took its own part). Arrays are compared by a sample of their rows; a Keras Sequence / PyDataset
-    (cut by batch) by its length and a few of its batches (its first, middle and last): one that shuffles
-    itself unseeded in __init__, as ImageDataGenerator().flow-shaped ones do, differs there. tf.data
+    (cut by batch) by its length and the targets and sample weights of a few of its batches (its first,
+    middle and last): one that shuffles itself unseeded in __init__, as ImageDataGenerator().flow-shaped
+    ones do, differs there. Not its inputs, which random augmentation may change on every read. tf.data
     datasets and generators are read, not compared."""
     if request.shard.count < 2:
         return
@@ -638,7 +639,11 @@ def _check_same_arrays(backend: Backend, request: FeedRequest, x: Any, y: Any, s
         arrays = [a for value in (x, y, sample_weight) if value is not None for a in flatten(value)]
     elif isinstance(x, backend.keras_module().utils.Sequence) and len(x) > 0:
         picked = sorted({0, len(x) // 2, len(x) - 1})
-        arrays = [np.asarray([len(x)]), *(np.asarray(a) for i in picked for a in flatten(x[i]))]
+        batches = [x[i] for i in picked]
+        targets = [part for b in batches if isinstance(b, tuple | list) for part in b[1:] if part is not None]
+        if not targets:  # inputs only (an autoencoder's): nothing that augmentation leaves alone
+            return
+        arrays = [np.asarray([len(x)]), *(np.asarray(a) for t in targets for a in flatten(t))]
     else:
         return
     agreement.check_same_data(backend.gather(agreement.data_fingerprint(arrays)), request.what)

@@ -184,9 +184,9 @@ class Keras3Family:
         weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
         if local is None:
             local = _keras_private.clone_uncompiled(keras, model)
-            if not local.built:
-                local.build_from_config(model.get_build_config())
             self._local_copies[model] = local
+        if not local.built and model.built:  # copied before its first batch built it (can_copy)
+            local.build_from_config(model.get_build_config())
         if compile_args is not None and not local.compiled:
             local.compile(**self.fresh_compile_args(compile_args))
         local.set_weights(weights)

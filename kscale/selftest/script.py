@@ -86,6 +86,10 @@ class HorovodCollectives(Collectives):
 class StrategyCollectives(Collectives):
     """MultiWorkerMirroredStrategy's collectives (the strategy kscale created at import)."""
 
+    # The strategy is the process's own from `import kscale`: a model built after it starts with the first
+    # worker's initial values on every worker (MultiWorkerMirroredStrategy broadcasts them at creation).
+    ranks_may_differ = False
+
     def __init__(self) -> None:
         import tensorflow as tf
 
