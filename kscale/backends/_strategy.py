@@ -32,14 +32,22 @@ class StrategyBackend(Backend):
         self._process_strategy = False  # set as the process's strategy by at_import
 
     def at_import(self) -> None:
-        """Make the strategy the process's own (tf.distribute.experimental_set_strategy), as the JAX backend
-        sets the job's keras.distribution: every model the script builds after `import kscale` has its
-        variables in the strategy from the start, so distribute() trains that very model, whatever its
-        __init__ takes (keras.io's VAE, GAN, Distiller), with no copy rebuilt from its config. The script
-        then runs as inside `with strategy.scope():`, TensorFlow's own way (np.asarray of a variable that
-        is synchronised on read, an optimizer's step count, raises there: read it with .numpy())."""
+        """Make the strategy the process's own (tf.distribute.experimental_set_strategy) until the first
+        model is distributed: every model the script builds after `import kscale` has its variables in the
+        strategy from the start, so distribute() trains that very model, whatever its __init__ takes
+        (keras.io's GAN and Distiller), with no copy rebuilt from its config."""
         tf.distribute.experimental_set_strategy(self.strategy)
         self._process_strategy = True
+
+    def _release_process_strategy(self) -> None:
+        """Leave the process's strategy at the first distribute(): the script then runs outside it, as
+        after `with strategy.scope():`, because inside it TensorFlow refuses what scripts do with a trained
+        model (np.asarray of a variable synchronised on read, such as an optimizer's step count; calling a
+        reloaded SavedModel's signature); kscale enters the scope itself where training needs it. A model
+        built after that is copied into the scope (or built inside `kscale.scope()`)."""
+        if self._process_strategy:
+            self._process_strategy = False
+            tf.distribute.experimental_set_strategy(None)
 
     def outside_distribution(self) -> contextlib.AbstractContextManager:
         return _outside_process_strategy() if self._process_strategy else contextlib.nullcontext()
@@ -82,6 +90,7 @@ class StrategyBackend(Backend):
         return placed
 
     def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
+        self._release_process_strategy()
         several = self.num_workers > 1
         # Built in the strategy: after `import kscale` (multi_worker), or inside kscale.scope()
         if getattr(model, "distribute_strategy", None) is self.strategy:

@@ -93,6 +93,18 @@ class Job:
         self.records[name] = _plain(value)
 
 
+def as_if_just_imported() -> None:
+    """Each program as its own script: right after `import kscale`, as if its process had just started
+    (one launch runs them all, since starting the workers is most of a program's cost). What `import kscale`
+    did to the process's backend (multi_worker: its strategy the process's own, until the first
+    distribute()) is done again."""
+    from kscale import backends
+
+    current = backends._current
+    if current is not None and current.create_at_import:
+        current.at_import()
+
+
 def model_weights(model: Any) -> list[np.ndarray]:
     """The model's weights without its metrics' state, which is each worker's own (Keras 2 counts a metric
     kept as an attribute among the weights)."""
