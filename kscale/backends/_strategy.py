@@ -49,9 +49,6 @@ class StrategyBackend(Backend):
             self._process_strategy = False
             tf.distribute.experimental_set_strategy(None)
 
-    def outside_distribution(self) -> contextlib.AbstractContextManager:
-        return _outside_process_strategy() if self._process_strategy else contextlib.nullcontext()
-
     def make_strategy(self) -> tf.distribute.Strategy:
         raise NotImplementedError
 
@@ -275,18 +272,6 @@ class OneHostMirrored(StrategyBackend):
             "replicated: make the GPUs visible (CUDA_VISIBLE_DEVICES), or pass devices=[...]; on CPU, split it "
             "into logical devices with tf.config.set_logical_device_configuration before `import kscale`"
         ]
-
-
-@contextlib.contextmanager
-def _outside_process_strategy() -> Any:
-    """Build and run Keras objects on this process's devices only (a Keras 3 model's local copy for
-    evaluation), then make the strategy the process's own again."""
-    strategy = tf.distribute.get_strategy()
-    tf.distribute.experimental_set_strategy(None)
-    try:
-        yield
-    finally:
-        tf.distribute.experimental_set_strategy(strategy)
 
 
 def _existing_weights(model: Any) -> list:
