@@ -102,7 +102,8 @@ lint: venv
 # rendezvous, waiting on each other; measured: 153% CPU), and a venv's build mostly waits on downloads:
 # the other stream fills both. Each line says its lane. Measured on a fresh clone of this 2-core machine
 # (`bash .ci/run`, commit ab18a1b): 2,137 s in all, set-up included (lane A's tests 1,562 s, B 678,
-# C-TF 656, C-JAX 292; 182% CPU); at 0f1633f 2,392 s (every lane 7-10% slower on a busier machine).
+# C-TF 656, C-JAX 292; 182% CPU); at 0f1633f 2,392 s (every lane 7-10% slower on a busier machine); at
+# 3ecc73c 1,654 s (A 1,158 s, B 461, C-TF 525, C-JAX 265; pip's cache warm; AMD EPYC Zen 4, AVX-512, no AMX).
 test:
 	$(MAKE) --no-print-directory -j2 stream-a stream-others
 
