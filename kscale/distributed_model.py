@@ -113,12 +113,8 @@ def distribute(model: Any, **options: Any) -> Any:
     return placed
 
 
-def _has_own_compile(model: Any) -> bool:
-    """The model's class defines a compile of its own signature (no `optimizer`), as keras.io's GAN does."""
-    return not _compile_takes_optimizer(model)
-
-
 def _compile_takes_optimizer(model: Any) -> bool:
+    """False for a class whose own compile takes none (keras.io's GAN: two optimizers of its own)."""
     return "optimizer" in inspect.signature(type(model).compile).parameters
 
 
@@ -252,15 +248,15 @@ def _arguments(model: Any, name: str, args: tuple, kwargs: dict) -> dict[str, An
 # -- the methods bound to a distributed model ---------------------------------------------------------------
 def _compile(self, *args: Any, **kwargs: Any) -> None:
     """Keras' compile, with the learning rate scaled for the replicas and the optimizer the backend needs."""
-    if _has_own_compile(self):  # the user's compile, in the backend's scope; then its optimizers
-        with _state(self).backend.scope():
+    backend = _state(self).backend
+    if not _compile_takes_optimizer(self):  # the user's compile (a GAN's), in the backend's scope
+        with backend.scope():
             _keras(self, "compile")(*args, **kwargs)
-        _state(self).backend.allow_own_losses(self)
-        _prepare_own_optimizers(self)
-        return
-    arguments = _arguments(self, "compile", args, kwargs)
-    optimizer = arguments.pop("optimizer", "rmsprop")
-    _compile_optimizer(self, _keras(self, "compile"), optimizer, arguments)
+    else:
+        arguments = _arguments(self, "compile", args, kwargs)
+        optimizer = arguments.pop("optimizer", "rmsprop")
+        _compile_optimizer(self, _keras(self, "compile"), optimizer, arguments)
+    backend.allow_own_losses(self)  # whatever compile set (a Distiller's student_loss_fn)
     _prepare_own_optimizers(self)
 
 
@@ -325,7 +321,7 @@ def _fit_in_this_world(
     if a.get("class_weight") is not None:  # as sample weights, cut with the samples
         x, y, sample_weight = _with_class_weight(x, y, sample_weight, a.pop("class_weight"), a)
     request = _request(state, per_replica, a.get("shuffle", True), user_steps, "training data")
-    _check_same_arrays(backend, request, x, y, sample_weight)
+    _check_same_data(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
@@ -338,7 +334,7 @@ def _fit_in_this_world(
         val_request = _request(
             state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True, model=self
         )
-        _check_same_arrays(backend, val_request, vx, vy, vsw)
+        _check_same_data(backend, val_request, vx, vy, vsw)
         val = backend.feed(vx, vy, vsw, val_request)
         parts = tuple(v for v in (val.x, val.y, val.sample_weight) if v is not None)
         a["validation_data"] = parts[0] if len(parts) == 1 else parts
@@ -419,7 +415,7 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     request = _request(
         state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True, model=self
     )
-    _check_same_arrays(backend, request, a.get("x"), a.get("y"), a.get("sample_weight"))
+    _check_same_data(backend, request, a.get("x"), a.get("y"), a.get("sample_weight"))
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
@@ -625,7 +621,7 @@ def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
     arguments["verbose"] = arguments.get("verbose", "auto") if backend.is_chief else 0
 
 
-def _check_same_arrays(backend: Backend, request: FeedRequest, x: Any, y: Any, sample_weight: Any) -> None:
+def _check_same_data(backend: Backend, request: FeedRequest, x: Any, y: Any, sample_weight: Any) -> None:
     """Data cut into a part per worker must be the same data on every worker (one small gather): else
     the parts overlap and miss samples (an unseeded shuffle or split), or are cut twice (a script that
     already took its own part). Arrays are compared by a sample of their rows; a Keras Sequence / PyDataset

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from kscale import _optional
+from kscale.keras2.rebuild import existing_variables
 
 
 def _optimizer_variables(optimizer) -> list:
@@ -32,8 +33,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         hvd = _optional.horovod_tensorflow()
         optimizer = _optimizer_variables(self.model.optimizer)
-        # Not a lookup layer's table, which tf.keras lists among the variables as a handler object
-        variables = [v for v in self.model.variables if isinstance(v, tf.Variable)]
+        variables = existing_variables(self.model)  # not a lookup layer's table handler
         hvd.broadcast_variables([*variables, *optimizer], root_rank=self.root_rank)
         self._optimizer_sent = len(optimizer)
 
