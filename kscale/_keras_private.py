@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,36 @@ def compile_arguments(model: Any) -> dict:
     """
     stored = getattr(model, "_compile_config", None)
     return dict(stored.config) if stored is not None else {}
+
+
+def set_model_strategy(model: Any, strategy: Any) -> None:
+    """Tell a tf.keras model built outside `strategy` that it trains in it (its weights all live there).
+
+    tf.keras takes a model's strategy from the scope it was built in and keeps it in
+    `_distribution_strategy` (read by the public `distribute_strategy`, by fit and compile); there is no
+    public setter.
+    """
+    model._distribution_strategy = strategy
+
+
+def unset_models_strategy(strategy: Any, keep: Any) -> None:
+    """Every live tf.keras model built in `strategy` (other than `keep`) forgets it, as one built outside.
+
+    A model built while `strategy` was the process's (kscale sets it at import, and leaves it at the first
+    distribute()) keeps it in `_distribution_strategy`; tf.keras' compile then refuses the metric objects a
+    script creates after that (keras.io's knowledge distillation compiles its student after training the
+    teacher). Its weights stay in the strategy, where distribute() finds them (adopt_into_strategy). No
+    public API lists models: the garbage collector's list of live objects, read once.
+    """
+    import tensorflow as tf
+
+    for model in gc.get_objects():
+        if (
+            isinstance(model, tf.keras.Model)
+            and model is not keep
+            and vars(model).get("_distribution_strategy") is strategy
+        ):
+            model._distribution_strategy = None
 
 
 def learning_rate_object(optimizer: Any) -> Any:

@@ -136,11 +136,12 @@ def _adopt_own_compile(model: Any, optimizer: Any) -> None:
     Keras' compile, which trains with it); otherwise it is Keras' unused default."""
     state = _state(model)
     if _compile_takes_optimizer(model):
-
-        def set_optimizer(optimizer: Any, **_: Any) -> None:  # what else it compiled stays as it is
-            model.optimizer = optimizer
-
-        _compile_optimizer(model, set_optimizer, optimizer, {})
+        # Keras' own compile again, with what the class's compile gave it (the optimizer, metrics): the
+        # attributes the class's compile set (a Distiller's loss functions) stay, and the backend gets
+        # what it needs of the rest (the metrics made anew in a strategy's scope).
+        keras_compile = functools.partial(state.backend.keras_module().Model.compile, model)
+        args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
+        _compile_optimizer(model, keras_compile, optimizer, args)
         state.backend.carry_optimizer_state(optimizer, model)
     else:
         state.scales_model_optimizer = False

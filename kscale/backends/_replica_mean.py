@@ -39,17 +39,51 @@ def _step_begins() -> None:
     _traced.divided = False
 
 
-def watch_steps(model: Any) -> None:
-    """Start each (traced) train_step of `model` with nothing noted, so evaluation's losses never count."""
+def _replicas_mean(outputs: Any) -> Any:
+    """Each floating-point tensor the step returns, as the mean over the replicas (one collective for all).
+
+    Keras 2 reduces a step's outputs across replicas with a sum ("auto"): right for the built-in steps,
+    whose outputs are metric results Keras already agreed on, and N times a loss that a train_step of the
+    user's own returns as it computed it (keras.io's Distiller: `{"student_loss": ..., **metrics}`), in
+    every value of History where one is such (Keras then keeps the step's logs, not the metrics').
+    With the mean taken here and Keras asked for the first replica's value, one process's number."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return outputs
+    flat = tf.nest.flatten(outputs)
+    floats = [i for i, v in enumerate(flat) if tf.is_tensor(v) and v.dtype.is_floating]
+    if not floats:
+        return outputs
+    means = context.all_reduce(tf.distribute.ReduceOp.MEAN, [tf.identity(flat[i]) for i in floats])
+    for i, mean in zip(floats, means):
+        flat[i] = mean
+    return tf.nest.pack_sequence_as(outputs, flat)
+
+
+def watch_steps(model: Any, base: type) -> None:
+    """Start each (traced) train_step of `model` with nothing noted, so evaluation's losses never count.
+
+    Where the class writes its own train_step or test_step (not `base`'s) and Keras would sum their
+    outputs over the replicas (Keras 2), they return the replicas' mean instead (`_replicas_mean`)."""
     if "_kscale_watched_step" in vars(model):
         return
-    own = type(model).train_step
+    own_train, own_test = type(model).train_step, type(model).test_step
+    mean_outputs = (
+        getattr(model, "_distribute_reduction_method", "") is None  # Keras 2's "auto": a sum
+        and (own_train is not base.train_step or own_test is not base.test_step)
+    )
+    finish = _replicas_mean if mean_outputs else (lambda outputs: outputs)
 
     def train_step(self: Any, data: Any) -> Any:
         _step_begins()
-        return own(self, data)
+        return finish(own_train(self, data))
 
     object.__setattr__(model, "train_step", types.MethodType(train_step, model))
+    if mean_outputs:
+        object.__setattr__(
+            model, "test_step", types.MethodType(lambda self, data: finish(own_test(self, data)), model)
+        )
+        model.distribute_reduction_method = "first"
     object.__setattr__(model, "_kscale_watched_step", True)
 
 

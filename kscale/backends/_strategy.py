@@ -39,7 +39,7 @@ class StrategyBackend(Backend):
         tf.distribute.experimental_set_strategy(self.strategy)
         self._process_strategy = True
 
-    def _release_process_strategy(self) -> None:
+    def _release_process_strategy(self, model: Any) -> None:
         """Leave the process's strategy at the first distribute(): the script then runs outside it, as
         after `with strategy.scope():`, because inside it TensorFlow refuses what scripts do with a trained
         model (np.asarray of a variable synchronised on read, such as an optimizer's step count; calling a
@@ -48,6 +48,7 @@ class StrategyBackend(Backend):
         if self._process_strategy:
             self._process_strategy = False
             tf.distribute.experimental_set_strategy(None)
+            self.family.strategy_left(self.strategy, model)
 
     def make_strategy(self) -> tf.distribute.Strategy:
         raise NotImplementedError
@@ -83,14 +84,16 @@ class StrategyBackend(Backend):
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         placed = self._placed(model)
         self.family.check_strategy_placed(self, placed)
-        _replica_mean.watch_steps(placed)
+        _replica_mean.watch_steps(placed, self.keras_module().Model)
         return placed
 
     def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
-        self._release_process_strategy()
+        self._release_process_strategy(model)
         several = self.num_workers > 1
         # Built in the strategy: after `import kscale` (multi_worker), or inside kscale.scope()
-        if getattr(model, "distribute_strategy", None) is self.strategy:
+        if getattr(model, "distribute_strategy", None) is self.strategy or self.family.adopt_into_strategy(
+            model, self.strategy
+        ):
             if several:
                 broadcast_from_first_replica(self.strategy, _existing_weights(model))
             return model

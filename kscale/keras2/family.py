@@ -64,6 +64,20 @@ class Keras2Family:
     def check_strategy_placed(self, backend: Any, model: Any) -> None:
         """Nothing to refuse."""
 
+    def strategy_left(self, strategy: Any, model: Any) -> None:
+        """The process left `strategy`: the models built in it, but `model`, compile as if built outside."""
+        _keras_private.unset_models_strategy(strategy, keep=model)
+
+    def adopt_into_strategy(self, model: Any, strategy: Any) -> bool:
+        """Whether `model`, built outside `strategy`, has every weight in it, and now trains in it itself:
+        keras.io's Distiller made after its teacher trained holds no weight of its own, only its student
+        and teacher, built in the strategy (after `import kscale`, or distributed before)."""
+        variables = rebuild.existing_variables(model)
+        if not variables or not all(strategy.extended.variable_created_in_scope(v) for v in variables):
+            return False
+        _keras_private.set_model_strategy(model, strategy)
+        return True
+
     def check_strategy_compile(self, backend: Any, args: dict) -> None:
         """Nothing to refuse."""
 

@@ -80,6 +80,13 @@ class Keras3Family:
                 "mirrored backends take it)."
             )
 
+    def strategy_left(self, strategy: Any, model: Any) -> None:
+        """Nothing: Keras 3's compile takes metrics made outside the model's strategy."""
+
+    def adopt_into_strategy(self, model: Any, strategy: Any) -> bool:
+        """Never: Keras 3 under a strategy evaluates on a copy, which check_strategy_placed requires."""
+        return False
+
     def check_strategy_placed(self, backend: Any, model: Any) -> None:
         """Keras 3 under a strategy evaluates on each process's copy of the model (Keras' own distributed
         evaluate loses or miscounts samples): a model Keras cannot copy from its config (keras.io's

@@ -120,3 +120,27 @@ def test_a_loss_object_may_reduce_over_the_replica_batch_in_a_train_step_of_ones
             raise AssertionError("tf.keras no longer refuses the loss: kscale's flag may be dropped")
         _keras_private.allow_replica_batch_mean(loss)
         assert float(loss(y, y * 0.5)) == 0.625
+
+
+def test_a_model_built_in_a_strategy_can_forget_it_and_be_told_it_again():
+    # tf.keras keeps the strategy a model was built in (public distribute_strategy reads it) and refuses at
+    # compile a metric made outside it: the attribute kscale unsets when the process leaves the strategy,
+    # and sets on a model made outside whose weights all live in it.
+    strategy = tf.distribute.MirroredStrategy(["CPU:0"])
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    outside_metric = tf.keras.metrics.MeanAbsoluteError()
+    assert model.distribute_strategy is strategy
+    try:
+        model.compile(optimizer="sgd", loss="mse", metrics=[outside_metric])
+    except ValueError as err:
+        assert "different distribution strategy scope" in str(err)
+    else:
+        raise AssertionError("tf.keras compiles a metric made outside: unset_models_strategy may be dropped")
+    kept = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    _keras_private.set_model_strategy(kept, strategy)
+    _keras_private.unset_models_strategy(strategy, keep=kept)
+    assert model.distribute_strategy is not strategy and kept.distribute_strategy is strategy
+    model.compile(optimizer="sgd", loss="mse", metrics=[outside_metric])
+    _keras_private.set_model_strategy(model, strategy)
+    assert model.distribute_strategy is strategy
