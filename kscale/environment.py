@@ -29,6 +29,15 @@ LAUNCHER_VARIABLE_PREFIXES = (
     "TF_CONFIG",
     "KERAS_DISTRIBUTION_",
     "KSCALE_LOCAL_",
+    # torchrun's (and Ray Train's, Kubeflow's torch runtime's): torch.distributed's env:// variables
+    "TORCHELASTIC_",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 )
 
 
@@ -41,6 +50,7 @@ class Launcher(str, enum.Enum):
     TF_CONFIG = "tf_config"  # tf.distribute multi-worker
     SLURM = "slurm"  # srun
     KERAS_DISTRIBUTION = "keras_distribution"  # kscale run / by hand: Keras 3's keras.distribution (JAX)
+    TORCH = "torch"  # torchrun (or Ray Train, Kubeflow): torch.distributed's RANK, WORLD_SIZE, MASTER_ADDR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +76,8 @@ class Environment:
     cache_home: str | None = None
     #: KERAS_DISTRIBUTION_JOB_ADDRESSES: the coordinator (first address) of a keras.distribution job.
     coordinator: str | None = None
+    #: MASTER_ADDR:MASTER_PORT, where torch.distributed's processes meet (env:// initialization), if set.
+    torch_master: str | None = None
     #: HOROVOD_ELASTIC: started by an elastic horovodrun (--min-np/--max-np): workers may come and go, and
     #: rank and size change (ask Horovod for them; the launcher's HOROVOD_RANK/SIZE are the first ones).
     elastic: bool = False
@@ -326,6 +338,31 @@ class KerasDistributionDetector(_Detector):
         }
 
 
+class TorchDetector(_Detector):
+    """torch.distributed's env:// variables: torchrun's elastic agent sets RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker it starts; Ray Train's TorchTrainer and
+    Kubeflow's torch runtime set the same ones."""
+
+    launcher = Launcher.TORCH
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return (
+            "RANK" in env and "WORLD_SIZE" in env and ("MASTER_ADDR" in env or "TORCHELASTIC_RUN_ID" in env)
+        )
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        world_size = _int(env, "WORLD_SIZE")
+        return Environment(
+            launcher=cls.launcher,
+            rank=_int(env, "RANK"),
+            world_size=world_size,
+            local_rank=_first_int(env, ("LOCAL_RANK",), 0),
+            local_size=_first_int(env, ("LOCAL_WORLD_SIZE",), world_size),
+        )
+
+
 def _host_of(address: str) -> str:
     return address.rsplit(":", 1)[0]
 
@@ -376,11 +413,13 @@ def _slurm_tasks_on_this_node(env: Mapping[str, str], default: int) -> int:
     return counts[index] if index < len(counts) else default
 
 
-#: Checked in order; the first that matches wins. Horovod before MPI because `horovodrun --mpi` sets both.
+#: Checked in order; the first that matches wins. Horovod before MPI because `horovodrun --mpi` sets both;
+#: torch's before SLURM's because a cluster's srun starts one torchrun per node, whose workers have both.
 DETECTORS: tuple[type[_Detector], ...] = (
     HorovodDetector,
     MPIDetector,
     TFConfigDetector,
+    TorchDetector,
     SlurmDetector,
     KerasDistributionDetector,
 )
@@ -410,6 +449,7 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
         keras_backend=env.get("KERAS_BACKEND") or None,
         keras_home=env.get("KERAS_HOME") or None,
         cache_home=env.get("XDG_CACHE_HOME") or None,
+        torch_master=f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if env.get("MASTER_ADDR") else None,
     )
 
 

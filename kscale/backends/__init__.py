@@ -55,6 +55,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("mirrored", 2, ("tensorflow",), "kscale.backends.mirrored:MirroredBackend"),
     Entry("single", 2, ("tensorflow",), "kscale.backends.single:SingleBackend"),
     Entry("jax", 3, ("jax",), "kscale.backends.jax:JaxBackend"),
+    Entry("torch", 3, ("torch",), "kscale.backends.torch:TorchBackend"),
     Entry("multi_worker", 3, ("tensorflow",), "kscale.backends.keras3_multi_worker:Keras3MultiWorkerBackend"),
     Entry("mirrored", 3, ("tensorflow",), "kscale.backends.keras3_mirrored:Keras3MirroredBackend"),
     Entry("single", 3, ("jax", "tensorflow", "torch"), "kscale.backends.keras3_single:Keras3SingleBackend"),
@@ -66,8 +67,9 @@ _current: Backend | None = None
 #: What works instead, for the combinations that cannot (said in every refusal).
 _KERAS_3_MULTI_PROCESS = (
     "For several processes with a Keras 3 model use Keras 3 on JAX (KERAS_BACKEND=jax; `kscale run -np N "
-    "-- python train.py` starts the processes and kscale sets up keras.distribution) or on TensorFlow with "
-    "TF_CONFIG workers (`kscale run --engine tf -np N -- python train.py`: the 'multi_worker' backend). "
+    "-- python train.py` starts the processes and kscale sets up keras.distribution), on TensorFlow with "
+    "TF_CONFIG workers (`kscale run --engine tf -np N -- python train.py`: the 'multi_worker' backend), or "
+    "on PyTorch under torchrun (KERAS_BACKEND=torch; `kscale run --engine torch -np N -- python train.py`). "
     "In one process, the 'single' and (on TensorFlow) 'mirrored' backends train Keras 3."
 )
 _WHY_NOT = {
@@ -134,6 +136,7 @@ def _multi_process_launcher(env: environment.Environment) -> str:
         environment.Launcher.TF_CONFIG: "TF_CONFIG",
         environment.Launcher.SLURM: "srun",
         environment.Launcher.KERAS_DISTRIBUTION: "kscale run (keras.distribution variables)",
+        environment.Launcher.TORCH: "torchrun (torch.distributed variables)",
     }.get(env.launcher, env.launcher.value)
 
 
@@ -142,6 +145,8 @@ def _backend_for(launcher: environment.Launcher) -> str:
         return "horovod"
     if launcher in (environment.Launcher.TF_CONFIG, environment.Launcher.SLURM):
         return "multi_worker"
+    if launcher is environment.Launcher.TORCH:
+        return "torch"
     return "jax"
 
 

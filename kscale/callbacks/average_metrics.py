@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
-import tensorflow as tf
+
+@functools.cache
+def averaging_class(callback_base: type) -> type:
+    """AverageMetrics for this Keras family's Callback (tf.keras, or Keras 3 on any backend), made once."""
+
+    class AverageMetrics(_Averaging, callback_base):
+        __doc__ = _Averaging.__doc__
+
+    AverageMetrics.__module__ = __name__
+    return AverageMetrics
 
 
-class AverageMetrics(tf.keras.callbacks.Callback):
+def __getattr__(name: str) -> Any:
+    if name == "AverageMetrics":  # the tf.keras one (Horovod's backend), TensorFlow imported on first use
+        import tensorflow as tf
+
+        return averaging_class(tf.keras.callbacks.Callback)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Averaging:
     """Replace each value in the epoch's logs by its value over all workers, before other callbacks read them.
 
     `average` is the backend's reduction (one allreduce of all values, in name order). Like Horovod's
@@ -21,7 +40,7 @@ class AverageMetrics(tf.keras.callbacks.Callback):
     def __init__(
         self,
         average: Callable[[list[float]], list[float]],
-        reduce_results: Callable[[tf.keras.Model, dict], dict] | None = None,
+        reduce_results: Callable[[Any, dict], dict] | None = None,
     ):
         super().__init__()
         self._average = average

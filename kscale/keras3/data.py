@@ -1,5 +1,5 @@
-"""A Keras 3 worker's part of the data: numpy arrays, a keras.utils.PyDataset, or (on TensorFlow) a
-tf.data.Dataset, cut by kscale.sharding's rule. Nothing here imports TensorFlow (the JAX lane has none)."""
+"""A Keras 3 worker's part of the data: numpy arrays, a keras.utils.PyDataset, (on TensorFlow) a
+tf.data.Dataset or (on torch) a torch DataLoader, cut by kscale.sharding's rule. Nothing here imports TensorFlow (the JAX lane has none)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
         return sharding.array_part(x, y, sample_weight, request)
     if isinstance(x, keras.utils.PyDataset):
         return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
+    if "torch" in sys.modules:  # the user's DataLoader: torch is imported
+        from kscale.keras3 import torch_data
+
+        if torch_data.is_loader(x):
+            return torch_data.worker_part(x, y, sample_weight, request)
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(x, tf.data.Dataset):  # the user's dataset: TensorFlow is imported
         from kscale import tf_data

@@ -2,7 +2,8 @@
 
 - horovod: Horovod's own runner (kscale.cli.run, kscale.launch.pernode);
 - tf: TensorFlow's MultiWorkerMirroredStrategy, one TF_CONFIG per worker (tf.keras: lanes A and B);
-- jax: Keras 3 on JAX, keras.distribution.initialize()'s KERAS_DISTRIBUTION_* variables (lane C).
+- jax: Keras 3 on JAX, keras.distribution.initialize()'s KERAS_DISTRIBUTION_* variables (lane C);
+- torch: Keras 3 on PyTorch, handed to torchrun (torch's elastic agent, c10d rendezvous across hosts).
 
 The default is what the installed stack can run with several processes: jax for Keras 3 on JAX,
 horovod for tf.keras (or where tf_keras can stand in for Keras 3: TF >= 2.16, lane B) where Horovod is
@@ -17,13 +18,15 @@ from collections.abc import Mapping, Sequence
 from kscale import environment, frameworks
 from kscale.errors import LaunchError
 
-ENGINES = ("horovod", "tf", "jax")
+ENGINES = ("horovod", "tf", "jax", "torch")
 
 
 def default_engine() -> str:
     keras = frameworks.process_keras()
     if keras.generation == 3 and keras.backend == "jax":
         return "jax"
+    if keras.generation == 3 and keras.backend == "torch":
+        return "torch"
     if keras.generation == 3 and keras.backend == "tensorflow" and not frameworks.legacy_keras_needed():
         return "tf"  # TF_CONFIG workers: MultiWorkerMirroredStrategy (Horovod never averages Keras 3)
     if keras.generation == 3 and not frameworks.legacy_keras_needed():
@@ -39,6 +42,7 @@ LAUNCHERS = {
     "horovod": environment.Launcher.HOROVOD,
     "tf": environment.Launcher.TF_CONFIG,
     "jax": environment.Launcher.KERAS_DISTRIBUTION,
+    "torch": environment.Launcher.TORCH,
 }
 Layout = environment.Layout
 
@@ -69,6 +73,27 @@ def _engine_env(engine: str, layout: Layout, local: int) -> dict[str, str]:
     elif frameworks.legacy_keras_needed():
         env["TF_USE_LEGACY_KERAS"] = "1"  # Keras 3 cannot run MultiWorkerMirroredStrategy's fit
     return env
+
+
+def torchrun_command(layout: Layout, command: Sequence[str], python: str) -> list[str]:
+    """torchrun (`python -m torch.distributed.run`) starting `command` as this node's workers: on one host a
+    standalone rendezvous on a free port; on several, c10d rendezvous at node 0's address, which every
+    node's kscale run names with --master. No restarts: a worker that fails ends the job, as under the
+    other engines."""
+    run = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(layout.nproc_per_node)]
+    if layout.nnodes == 1:
+        run.append("--standalone")
+    else:
+        endpoint = f"{layout.master_addr}:{layout.master_port}"
+        run += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.node_rank)]
+        run += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"kscale-{endpoint}"]
+    return [*run, "--max-restarts", "0", "--monitor-interval", "0.5", "--no-python", *command]
+
+
+def torch_env(base: Mapping[str, str]) -> dict[str, str]:
+    """What torchrun's workers inherit: this environment without another job's place in it, Keras on torch."""
+    env = {k: v for k, v in base.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
+    return {**env, "PYTHONUNBUFFERED": "1", "KERAS_BACKEND": "torch"}
 
 
 def forbidden_options(engine: str, options: Sequence[str]) -> None:

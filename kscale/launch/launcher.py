@@ -22,6 +22,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -429,4 +430,24 @@ def run_engine(
         layout = engines.Layout(
             spec.nnodes, spec.node_rank, spec.nproc_per_node, spec.master_addr, spec.master_port, hosts=hosts
         )
+    if engine == "torch":
+        return _run_torchrun(
+            engines.torchrun_command(layout, command, sys.executable), engines.torch_env(os.environ)
+        )
     return workers.run(command, engines.worker_envs(engine, layout, os.environ))
+
+
+def _run_torchrun(command: list[str], env: dict[str, str]) -> int:
+    """Hand the job to torchrun and return its exit status (it stops every worker when one fails)."""
+    if importlib.util.find_spec("torch") is None:  # not imported: the launcher starts fast
+        raise LaunchError(
+            "the torch engine hands the job to torchrun, which comes with PyTorch, and torch is not installed "
+            "here: pip install 'kscale[torch]' (on a CPU-only machine install torch first from "
+            "https://download.pytorch.org/whl/cpu)."
+        )
+    process = subprocess.Popen(command, env=env)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)  # torchrun stops its workers itself
+        return process.wait()

@@ -20,8 +20,12 @@ import kscale
 from kscale import frameworks
 
 KERAS = frameworks.process_keras()
-#: "keras2" (tf.keras), "keras3-tf" or "keras3-jax": which programs run, and which form of them.
-FAMILY = "keras2" if KERAS.generation == 2 else f"keras3-{'tf' if KERAS.backend == 'tensorflow' else 'jax'}"
+#: "keras2" (tf.keras), "keras3-tf", "keras3-jax" or "keras3-torch": which programs run, and which form.
+FAMILY = (
+    "keras2"
+    if KERAS.generation == 2
+    else f"keras3-{'tf' if KERAS.backend == 'tensorflow' else KERAS.backend}"
+)
 REPLICAS = 2  # every distributed run of the suite trains on two replicas
 
 
@@ -80,9 +84,10 @@ class Job:
         return per_replica * REPLICAS if self.reference else per_replica
 
     def seed(self, seed: int = 1) -> None:
-        """Seed before building a model. Under tf.keras every rank but the chief starts from other weights,
-        so the broadcast is exercised; Keras 3 on JAX creates variables collectively (same seed on all)."""
-        differ = not self.reference and KERAS.generation == 2
+        """Seed before building a model. Under tf.keras and torch every rank but the chief starts from other
+        weights, so the broadcast is exercised; Keras 3 on JAX creates variables collectively (same seed
+        on all)."""
+        differ = not self.reference and (KERAS.generation == 2 or KERAS.backend == "torch")
         kscale.set_seed(seed + (100 * self.rank if differ else 0))
 
     def path(self, name: str) -> str:

@@ -36,6 +36,7 @@ WAYS = {
     "multi_worker": (_kscale_run("tf"), 2, []),
     "mirrored": ([sys.executable, RUNNER], 1, ["2"]),
     "jax": (_kscale_run("jax"), 2, []),
+    "torch": (_kscale_run("torch"), 2, []),
 }
 
 #: (family, way, program): why it fails today. Each must still fail (see the module's docstring).
@@ -52,7 +53,9 @@ def lane_ways() -> list[str]:
     if harness.FAMILY == "keras2":
         has_horovod = (BIN / "horovodrun").exists()
         return (["horovod"] if has_horovod else []) + ["multi_worker", "mirrored"]
-    return ["jax"] if harness.FAMILY == "keras3-jax" else ["mirrored", "multi_worker"]
+    return {"keras3-jax": ["jax"], "keras3-torch": ["torch"]}.get(
+        harness.FAMILY, ["mirrored", "multi_worker"]
+    )
 
 
 def _programs_of_this_lane() -> list[str]:
@@ -98,7 +101,11 @@ def test_program_trains_as_in_one_process(program, reference, run):
 
 def test_known_broken_names_real_programs_and_ways():
     for family, way, program in KNOWN_BROKEN:
-        assert family in ("keras2", "keras3-tf", "keras3-jax") and way in WAYS and program in PROGRAMS
+        assert (
+            family in ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
+            and way in WAYS
+            and program in PROGRAMS
+        )
 
 
 def test_the_readme_table_lists_every_program_once():

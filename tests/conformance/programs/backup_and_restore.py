@@ -7,7 +7,7 @@ kscale every process restores and the chief alone writes."""
 
 from tests.conformance.harness import data
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 

@@ -5,7 +5,7 @@ RanksDivergedError; not compared with one process, whose statistics come from th
 
 from tests.conformance.harness import classes
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = False
 
 

@@ -6,7 +6,7 @@ dataset of (x, y) batches too."""
 
 import numpy as np
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 
@@ -42,7 +42,7 @@ def main(job):
         verbose=0,
     )
     job.record("history", history.history)
-    if job.family != "keras3-jax":
+    if job.family in ("keras2", "keras3-tf"):  # a tf.data input too
         import tensorflow as tf
 
         batches = tf.data.Dataset.from_tensor_slices((x[:80], y[:80])).batch(job.batch(8))

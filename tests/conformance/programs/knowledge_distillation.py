@@ -9,7 +9,7 @@ import numpy as np
 
 from tests.conformance.harness import classes
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 EXPECT_ERROR_UNDER = {"mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 

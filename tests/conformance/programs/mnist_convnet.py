@@ -3,7 +3,7 @@ evaluate printing "Test loss" and "Test accuracy" from the list it returns, then
 
 from tests.conformance.harness import classes
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 

@@ -6,7 +6,7 @@ collectively: the same seeds on every process)."""
 
 from tests.conformance.harness import classes
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 

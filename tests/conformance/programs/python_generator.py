@@ -3,7 +3,7 @@ between workers: one process trains; several get a KScaleError that says what to
 
 from tests.conformance.harness import data
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 #: Under several workers the expected answer is a DataError naming what to use instead.
 EXPECT_ERROR_WHEN_DISTRIBUTED = "DataError"

@@ -3,7 +3,7 @@ predict with the loaded model."""
 
 from tests.conformance.harness import data
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 

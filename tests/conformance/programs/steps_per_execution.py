@@ -6,7 +6,7 @@ it as one process."""
 
 from tests.conformance.harness import data
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax")  # torch: Keras itself takes steps_per_execution=1 only
 EXACT = True
 EXPECT_ERROR_UNDER = {"keras3-tf/mirrored": "BackendError", "keras3-tf/multi_worker": "BackendError"}
 

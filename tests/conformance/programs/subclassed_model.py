@@ -3,7 +3,7 @@ built by calling it on a batch, with a get_config returning its __init__ argumen
 
 from tests.conformance.harness import data
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 

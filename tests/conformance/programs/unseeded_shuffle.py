@@ -8,7 +8,7 @@ import numpy as np
 
 from tests.conformance.harness import classes
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = False  # the order of the samples is drawn per process
 EXPECT_ERROR_WITH_WORKERS = "DataError"
 

@@ -6,7 +6,7 @@ tf.keras the ranks begin from other weights until kscale broadcasts the chief's.
 
 import numpy as np
 
-FAMILIES = ("keras2", "keras3-tf", "keras3-jax")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 
