@@ -30,7 +30,7 @@ INSTALL := flock $(CURDIR)/.install.lock
 HOROVOD_BUILD := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)"
 
-.PHONY: venv venvs sshd lint test stream-a stream-others test-a test-b test-jax test-tf221 test-fast test-multihost demo bench \
+.PHONY: venv venvs sshd lint test stream-a stream-others test-a test-b test-jax test-tf221 test-torch test-fast test-multihost demo bench \
   format clean
 
 venv: $(LANE_A)/.ready
@@ -127,6 +127,7 @@ stream-others:
 	set -o pipefail; $(MAKE) --no-print-directory test-jax 2>&1 | sed -u 's/^/[C-jax] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-tf221 2>&1 | sed -u 's/^/[C-tf] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-b 2>&1 | sed -u 's/^/[B] /'
+	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
 test-a: venv sshd
 	$(PY) $(PYTEST) --ignore=tests/keras3
@@ -151,6 +152,12 @@ test-jax: $(LANE_JAX)/.ready
 test-tf221: $(LANE_TF)/.ready
 	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
 	  tests/multihost/test_multihost.py --deselect tests/stack/test_stack_bench.py
+
+# Lane C on torch: the framework-free tests, the stack's end-to-end tests and the conformance suite under
+# `kscale run --engine torch` (torchrun), and tests/torch (a killed worker, a process group made first).
+test-torch: $(LANE_TORCH)/.ready
+	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/core tests/stack tests/conformance tests/torch \
+	  --deselect tests/stack/test_stack_bench.py
 
 test-fast: venv
 	$(PY) $(PYTEST) -m "not multiprocess" --ignore=tests/keras3

@@ -12,6 +12,7 @@ evaluation combines the metrics' states once at the end, exact as one process.
 
 from __future__ import annotations
 
+import atexit
 import functools
 from typing import Any
 
@@ -78,6 +79,9 @@ class TorchBackend(Backend):
         dist.init_process_group(
             backend="nccl" if cuda else "gloo", rank=self.env.rank, world_size=self.env.world_size
         )
+        # Left before the interpreter tears torch down: a gloo group still alive at exit can abort the
+        # process ("terminate called without an active exception"), failing a job that trained well.
+        atexit.register(_leave_process_group)
 
     @property
     def num_workers(self) -> int:
@@ -198,6 +202,11 @@ class TorchBackend(Backend):
     def barrier(self) -> None:
         if self.num_workers > 1:
             dist.barrier()
+
+
+def _leave_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _device() -> torch.device:

@@ -32,7 +32,7 @@ def default_engine() -> str:
     if keras.generation == 3 and not frameworks.legacy_keras_needed():
         raise LaunchError(
             f"Keras 3 on {keras.backend} trains in one process here (the 'single' backend). For several "
-            "processes use KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow; or name an engine with --engine."
+            "processes use KERAS_BACKEND=jax, tensorflow or torch; or name an engine with --engine."
         )
     return "horovod" if frameworks.is_installed("horovod") else "tf"
 
@@ -87,7 +87,8 @@ def torchrun_command(layout: Layout, command: Sequence[str], python: str) -> lis
         endpoint = f"{layout.master_addr}:{layout.master_port}"
         run += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.node_rank)]
         run += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"kscale-{endpoint}"]
-    return [*run, "--max-restarts", "0", "--monitor-interval", "0.5", "--no-python", *command]
+    # --tee 3: every line of every worker, whole, prefixed with its rank ([default0]:), as horovodrun does.
+    return [*run, "--max-restarts", "0", "--monitor-interval", "0.5", "--tee", "3", "--no-python", *command]
 
 
 def torch_env(base: Mapping[str, str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -445,9 +446,25 @@ def _run_torchrun(command: list[str], env: dict[str, str]) -> int:
             "here: pip install 'kscale[torch]' (on a CPU-only machine install torch first from "
             "https://download.pytorch.org/whl/cpu)."
         )
-    process = subprocess.Popen(command, env=env)
+    # Its output passes through this process's streams, as the other engines' does (kscale test reads it).
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    threads = [
+        threading.Thread(target=_pass_through, args=(stream, target), daemon=True)
+        for stream, target in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))
+    ]
+    for thread in threads:
+        thread.start()
     try:
-        return process.wait()
+        code = process.wait()
     except KeyboardInterrupt:
         process.send_signal(signal.SIGINT)  # torchrun stops its workers itself
-        return process.wait()
+        code = process.wait()
+    for thread in threads:
+        thread.join()
+    return code
+
+
+def _pass_through(source: Any, target: Any) -> None:
+    for line in iter(source.readline, b""):
+        target.write(line.decode(errors="replace"))
+        target.flush()

@@ -2,7 +2,7 @@
 
 It runs under every engine `kscale run` launches: Horovod (its collectives, checked directly, so a
 broken Horovod install shows as such), TensorFlow's MultiWorkerMirroredStrategy and Keras 3 on JAX (the
-strategy's or jax.distributed's collectives). Every check prints one line; the last line is
+strategy's or jax.distributed's collectives) and Keras 3 on torch under torchrun (torch.distributed's). Every check prints one line; the last line is
 `kscale selftest PASS ...` or `kscale selftest FAIL ...: reason`, and the exit status follows, so
 `kscale test` (and a test suite) can read the verdict from any rank.
 """
@@ -134,6 +134,35 @@ class JaxCollectives(Collectives):
         return np.asarray(multihost_utils.process_allgather(np.asarray(flat, "float32")))
 
 
+class TorchCollectives(Collectives):
+    """torch.distributed's collectives (the process group kscale joined at import)."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        from kscale import backends
+
+        backend = backends.current()  # joins the group torchrun's variables describe
+        self.dist = dist
+        self.rank, self.size = backend.worker_index, backend.num_workers
+
+    def allreduce_sum(self, value: float) -> float:
+        import torch
+
+        total = torch.tensor([value], dtype=torch.float64)
+        self.dist.all_reduce(total)
+        return float(total[0])
+
+    def gather(self, flat: Any) -> Any:
+        import numpy as np
+        import torch
+
+        local = torch.as_tensor(np.asarray(flat, "float32"))
+        rows = [torch.empty_like(local) for _ in range(self.size)]
+        self.dist.all_gather(rows, local)
+        return np.stack([row.numpy() for row in rows])
+
+
 class OneProcess(Collectives):
     """No launcher: one process (Keras 3 on TensorFlow trains in one process, on all its devices)."""
 
@@ -158,6 +187,8 @@ def collectives() -> Collectives:
         return StrategyCollectives()
     if launcher is environment.Launcher.KERAS_DISTRIBUTION:
         return JaxCollectives()
+    if launcher is environment.Launcher.TORCH:
+        return TorchCollectives()
     raise SystemExit(f"{FAIL}: started by {launcher.value}, which the self-test does not know")
 
 

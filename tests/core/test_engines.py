@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kscale import environment
 from kscale.errors import LaunchError
 from kscale.frameworks import KerasInfo
 from kscale.launch import engines
@@ -77,10 +78,35 @@ def test_keras_3_on_tensorflow_launches_tf_config_workers(monkeypatch):
     assert engines.default_engine() == "tf"
 
 
-def test_keras_3_on_torch_has_no_multi_process_engine(monkeypatch):
+def test_keras_3_on_torch_launches_torchrun(monkeypatch):
     monkeypatch.setattr(engines.frameworks, "process_keras", lambda: KerasInfo(3, "torch"))
+    monkeypatch.setattr(engines.frameworks, "legacy_keras_needed", lambda: False)
+    assert engines.default_engine() == "torch"
+    assert engines.LAUNCHERS["torch"] is environment.Launcher.TORCH
+
+
+def test_a_keras_3_backend_without_an_engine_is_refused_with_the_ones_that_have_one(monkeypatch):
+    monkeypatch.setattr(engines.frameworks, "process_keras", lambda: KerasInfo(3, "openvino"))
     monkeypatch.setattr(engines.frameworks, "legacy_keras_needed", lambda: False)
     with pytest.raises(LaunchError) as err:
         engines.default_engine()
     message = str(err.value)
-    assert "Keras 3 on torch trains in one process here" in message and "KERAS_BACKEND=jax" in message
+    assert "Keras 3 on openvino trains in one process here" in message and "torch" in message
+
+
+def test_torchrun_takes_one_host_standalone_and_several_through_c10d_rendezvous():
+    one = engines.torchrun_command(engines.Layout(1, 0, 2, "127.0.0.1", 0), ["python", "t.py"], "/py")
+    assert one[:6] == ["/py", "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
+    assert one[-3:] == ["--no-python", "python", "t.py"] and "--max-restarts" in one
+    two = engines.torchrun_command(engines.Layout(2, 1, 4, "10.0.0.1", 29500), ["python", "t.py"], "/py")
+    assert "--standalone" not in two
+    at = {two[i]: two[i + 1] for i in range(3, len(two) - 3) if two[i].startswith("--")}
+    assert at["--nnodes"] == "2" and at["--node-rank"] == "1" and at["--nproc-per-node"] == "4"
+    assert at["--rdzv-backend"] == "c10d" and at["--rdzv-endpoint"] == "10.0.0.1:29500"
+
+
+def test_torchrun_workers_inherit_no_other_jobs_place_and_run_keras_on_torch():
+    env = engines.torch_env(
+        {"PATH": "/bin", "RANK": "3", "MASTER_ADDR": "x", "TF_CONFIG": "{}", "KERAS_BACKEND": "jax"}
+    )
+    assert env == {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "KERAS_BACKEND": "torch"}

@@ -298,3 +298,31 @@ def test_what_kscale_run_writes_for_a_worker_is_what_the_worker_reads(launcher):
         assert seen.launcher is launcher
         assert (seen.rank, seen.world_size) == (layout.global_rank(local), 4)
         assert (seen.local_rank, seen.local_size) == (local, 2)
+
+
+def test_torchrun_variables():
+    env = detect(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "node0",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "job",
+        }
+    )
+    assert env.launcher is Launcher.TORCH
+    assert (env.rank, env.world_size, env.local_rank, env.local_size) == (3, 4, 1, 2)
+    assert env.torch_master == "node0:29500"
+
+
+def test_torchrun_under_srun_is_torch_not_slurm():
+    # A cluster's srun starts one torchrun per node: its workers see both, and RANK is the true one.
+    slurm = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_LOCALID": "0"}
+    env = detect({**slurm, "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "n0"})
+    assert env.launcher is Launcher.TORCH and env.rank == 5 and env.world_size == 8
+
+
+def test_a_rank_variable_alone_is_no_torch_job():
+    assert detect({"RANK": "1", "WORLD_SIZE": "2"}).launcher is Launcher.NONE

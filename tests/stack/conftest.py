@@ -19,6 +19,8 @@ def lane_backends() -> list[str]:
         return (["horovod"] if HAS_HOROVOD else []) + ["multi_worker", "multi_worker_2x2", "mirrored"]
     if KERAS.backend == "jax":
         return ["jax_processes", "jax_devices", "jax_rebuilt"]
+    if KERAS.backend == "torch":
+        return ["torch"]
     return ["mirrored", "multi_worker", "multi_worker_2x2"]
 
 

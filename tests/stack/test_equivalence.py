@@ -58,6 +58,7 @@ LAUNCHES = {
     "mirrored": ([sys.executable, WORKER, "distributed"], 1, 2, 2),
     "jax_devices": ([sys.executable, WORKER, "distributed"], 1, 2, 2),
     "jax_rebuilt": (kscale_run("jax", 2, WORKER, "rebuilt"), 2, 1, 2),
+    "torch": (kscale_run("torch", 2, WORKER, "distributed"), 2, 1, 2),
 }
 BACKEND_NAMES = {
     "jax_processes": "jax",
@@ -80,7 +81,7 @@ def _launch(launch, way: str, mode: str, out) -> list[dict]:
 #: starting from other weights (tests/conformance: mnist_convnet, callbacks_keras, custom_metric_uneven,
 #: backup_and_restore). Here only what it does not launch: 2 workers x 2 replicas, JAX's devices in one
 #: process, and a model built outside the job's distribution.
-IN_CONFORMANCE = {"horovod", "multi_worker", "mirrored", "jax_processes"}
+IN_CONFORMANCE = {"horovod", "multi_worker", "mirrored", "jax_processes", "torch"}
 
 
 @pytest.mark.timeout(300)
