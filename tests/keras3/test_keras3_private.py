@@ -146,3 +146,23 @@ def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeyp
     fixed = _keras_private.keras3_multi_worker_fixed()
     with pytest.raises(BackendError, match="lacks _collective_all_reduce_multi_worker"), fixed:
         pass
+
+
+def test_tf_keras_is_keras_3_when_tensorflow_decided_so_before_the_legacy_variable_was_set(monkeypatch):
+    # Ray's TensorflowTrainer sets TF_USE_LEGACY_KERAS=1 in workers that already used TensorFlow: tf.keras
+    # is Keras 3 all the same, and kscale must not load its Keras 2 modules for it.
+    import pytest
+
+    tf = pytest.importorskip("tensorflow")
+    from kscale import _tensorflow_private, environment, frameworks
+
+    tf.keras.Model  # noqa: B018  (TensorFlow decides here, without the variable)
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    environment.reset()
+    try:
+        assert _tensorflow_private.tf_keras_decided(tf) == "keras_3"
+        assert not frameworks.tf_keras_is_keras_2()
+        assert frameworks.process_keras().generation == 3
+    finally:
+        monkeypatch.delenv("TF_USE_LEGACY_KERAS")
+        environment.reset()
