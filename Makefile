@@ -155,9 +155,11 @@ test-tf221: $(LANE_TF)/.ready
 
 # Lane C on torch: the framework-free tests, the stack's end-to-end tests and the conformance suite under
 # `kscale run --engine torch` (torchrun), tests/torch_lane (a killed worker, a process group made first)
-# and tests/ray_train (Ray Train's TorchTrainer on a local Ray cluster; lane C-tf: its TensorflowTrainer).
-test-torch: $(LANE_TORCH)/.ready
+# tests/ray_train (Ray Train's TorchTrainer on a local Ray cluster; lane C-tf: its TensorflowTrainer) and
+# two hosts (network namespaces, as root) through torchrun's c10d rendezvous.
+test-torch: $(LANE_TORCH)/.ready sshd
 	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/core tests/stack tests/conformance tests/torch_lane tests/ray_train \
+	  tests/multihost/test_multihost.py \
 	  --deselect tests/stack/test_stack_bench.py
 
 test-fast: venv

@@ -75,7 +75,9 @@ def _engine_env(engine: str, layout: Layout, local: int) -> dict[str, str]:
     return env
 
 
-def torchrun_command(layout: Layout, command: Sequence[str], python: str) -> list[str]:
+def torchrun_command(
+    layout: Layout, command: Sequence[str], python: str, local_address: str | None = None
+) -> list[str]:
     """torchrun (`python -m torch.distributed.run`) starting `command` as this node's workers: on one host a
     standalone rendezvous on a free port; on several, c10d rendezvous at node 0's address, which every
     node's kscale run names with --master. No restarts: a worker that fails ends the job, as under the
@@ -85,8 +87,15 @@ def torchrun_command(layout: Layout, command: Sequence[str], python: str) -> lis
         run.append("--standalone")
     else:
         endpoint = f"{layout.master_addr}:{layout.master_port}"
-        run += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.node_rank)]
+        # c10d numbers the nodes as they join (torchrun ignores --node-rank with it): the chief is the
+        # first worker of whichever node is first, not always node 0's.
+        run += ["--nnodes", str(layout.nnodes)]
         run += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"kscale-{endpoint}"]
+        # Node 0 serves the rendezvous store: torchrun would guess it from the host name, and a name that
+        # resolves to 127.0.0.1 (a common /etc/hosts) makes every node a client, waiting for no server.
+        run += ["--rdzv-conf", f"is_host={'true' if layout.node_rank == 0 else 'false'}"]
+        if local_address:  # what the other nodes reach this one at (its host name may say 127.0.0.1)
+            run += ["--local-addr", local_address]
     # --tee 3: every line of every worker, whole, prefixed with its rank ([default0]:), as horovodrun does.
     return [*run, "--max-restarts", "0", "--monitor-interval", "0.5", "--tee", "3", "--no-python", *command]
 

@@ -432,9 +432,14 @@ def run_engine(
             spec.nnodes, spec.node_rank, spec.nproc_per_node, spec.master_addr, spec.master_port, hosts=hosts
         )
     if engine == "torch":
-        return _run_torchrun(
-            engines.torchrun_command(layout, command, sys.executable), engines.torch_env(os.environ)
-        )
+        env, local_address = engines.torch_env(os.environ), None
+        if spec is not None:
+            # gloo and torchrun take this node's address from its host name unless told: 127.0.0.1 on many
+            # hosts, which the other nodes cannot reach. The interface and address that reach node 0.
+            master_ip = socket.gethostbyname(spec.master_addr)
+            env.setdefault("GLOO_SOCKET_IFNAME", pernode.gloo_interface(spec, master_ip))
+            local_address = master_ip if spec.node_rank == 0 else facts_mod.source_address_for(master_ip)
+        return _run_torchrun(engines.torchrun_command(layout, command, sys.executable, local_address), env)
     return workers.run(command, engines.worker_envs(engine, layout, os.environ))
 
 

@@ -101,8 +101,9 @@ def test_torchrun_takes_one_host_standalone_and_several_through_c10d_rendezvous(
     two = engines.torchrun_command(engines.Layout(2, 1, 4, "10.0.0.1", 29500), ["python", "t.py"], "/py")
     assert "--standalone" not in two
     at = {two[i]: two[i + 1] for i in range(3, len(two) - 3) if two[i].startswith("--")}
-    assert at["--nnodes"] == "2" and at["--node-rank"] == "1" and at["--nproc-per-node"] == "4"
+    assert at["--nnodes"] == "2" and "--node-rank" not in at and at["--nproc-per-node"] == "4"
     assert at["--rdzv-backend"] == "c10d" and at["--rdzv-endpoint"] == "10.0.0.1:29500"
+    assert at["--rdzv-conf"] == "is_host=false"  # node 1: node 0 serves the store
 
 
 def test_torchrun_workers_inherit_no_other_jobs_place_and_run_keras_on_torch():

@@ -16,7 +16,8 @@ from kscale.launch import engines
 MASTER = "10.99.0.1:29400"
 REPO = Path(__file__).resolve().parents[2]
 #: The engine `kscale run` picks on this lane's stack: Horovod for tf.keras, TF_CONFIG workers for Keras 3
-#: on TensorFlow (whose TF_CONFIG lists every node's address: -H, in node-rank order).
+#: on TensorFlow (whose TF_CONFIG lists every node's address: -H, in node-rank order), torchrun's c10d
+#: rendezvous for Keras 3 on torch.
 ENGINE = engines.default_engine()
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.netns]
@@ -106,12 +107,17 @@ def _loopback_names_do_not_stop_tf_workers(two_hosts) -> None:
 def assert_selftest_passed(results: Sequence) -> None:
     """Both nodes ran their rank of the self-test, passed, and hold the same weights."""
     assert [r.returncode for r in results] == [0, 0], describe(results)
-    digests = []
-    for rank, result in enumerate(results):
+    digests, ranks = [], []
+    for node, result in enumerate(results):
         lines = [line for line in result.output.splitlines() if "kscale selftest PASS" in line]
-        assert len(lines) == 1 and lines[0].startswith(f"[{rank}]<stdout>:"), describe(results)
-        assert f"rank={rank} size=2" in lines[0]
+        assert len(lines) == 1, describe(results)
+        if ENGINE == "torch":  # torchrun prefixes the local rank; c10d numbers the nodes as they join
+            assert lines[0].startswith("[default0]:"), describe(results)
+        else:
+            assert lines[0].startswith(f"[{node}]<stdout>:") and f"rank={node} size=2" in lines[0]
+        ranks.append(int(lines[0].split("rank=", 1)[1].split()[0]))
         digests.append(lines[0].rsplit("weights=", 1)[1])
+    assert sorted(ranks) == [0, 1] and "size=2" in lines[0], describe(results)
     assert digests[0] == digests[1], describe(results)  # both hosts hold the same weights
 
 
@@ -160,6 +166,6 @@ def test_a_dead_worker_stops_every_node(two_hosts):
     argvs = [pernode_args(rank, *selftest("--fail-rank", "1", "--fail-code", "3")) for rank in (0, 1)]
     results = two_hosts.kscale_on_both(argvs, timeout=180)
     assert all(r.returncode not in (0, None) for r in results), describe(results)
-    assert "exiting with status 3 after joining the job" in results[1].output
+    assert any("exiting with status 3 after joining the job" in r.output for r in results), describe(results)
     # Bounded: well under the 30 s heartbeat timeout after the workers are up, not a hang.
     assert max(r.elapsed for r in results) < 150, describe(results)
