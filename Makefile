@@ -88,7 +88,7 @@ $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
 # (pip's find-links here holds torch 2.13.0+cpu for Python 3.11; elsewhere: README, "Which stack?").
 $(LANE_TORCH)/.ready: $(LANE_TORCH)/bin/python setup.cfg pyproject.toml
 	$(LANE_TORCH)/bin/python -m pip install -q $(TORCH_CPU)
-	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev,ray]"
+	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev,ray,bench]"
 	touch $@
 
 # tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
@@ -129,8 +129,10 @@ stream-others:
 	set -o pipefail; $(MAKE) --no-print-directory test-b 2>&1 | sed -u 's/^/[B] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
+# Not the Keras 3 lanes' own folders (keras3, torch_lane, ray_train): lane A has no Keras 3, torch or Ray.
+KERAS3_ONLY := --ignore=tests/keras3 --ignore=tests/torch_lane --ignore=tests/ray_train
 test-a: venv sshd
-	$(PY) $(PYTEST) --ignore=tests/keras3
+	$(PY) $(PYTEST) $(KERAS3_ONLY)
 
 # Lane B also runs the multi-process tests of what every tf.keras lane promises (exact metrics, chief-only
 # writes, BackupAndRestore and resume, the broadcast of differing weights); lane A runs them all.
@@ -157,13 +159,13 @@ test-tf221: $(LANE_TF)/.ready
 # `kscale run --engine torch` (torchrun), tests/torch_lane (a killed worker, a process group made first)
 # tests/ray_train (Ray Train's TorchTrainer on a local Ray cluster; lane C-tf: its TensorflowTrainer) and
 # two hosts (network namespaces, as root) through torchrun's c10d rendezvous.
-test-torch: $(LANE_TORCH)/.ready sshd
+test-torch: $(LANE_TORCH)/.ready
 	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/core tests/stack tests/conformance tests/torch_lane tests/ray_train \
 	  tests/multihost/test_multihost.py \
 	  --deselect tests/stack/test_stack_bench.py
 
 test-fast: venv
-	$(PY) $(PYTEST) -m "not multiprocess" --ignore=tests/keras3
+	$(PY) $(PYTEST) -m "not multiprocess" $(KERAS3_ONLY)
 
 test-multihost: venv sshd
 	$(PY) $(PYTEST) -m netns tests/multihost

@@ -37,6 +37,7 @@ HAND_WRITTEN = {
     "horovod": "horovod",
     "multi_worker": "tf",
     "jax": "keras_distribution",
+    "torch": "torch_ddp",
 }
 
 
@@ -95,6 +96,8 @@ def backends_here() -> list[str]:
     keras = frameworks.process_keras()
     if keras.generation == 3 and keras.backend == "jax":
         return ["single", "jax"]
+    if keras.generation == 3 and keras.backend == "torch":
+        return ["single", "torch"]
     if keras.generation == 3 and keras.backend != "tensorflow":
         return ["single"]
     if keras.generation == 3 and not frameworks.legacy_keras_needed():
@@ -154,11 +157,13 @@ def command(setting: Setting, sizes: Sizes, result: str, repeat: int = 0, profil
         return [*kscale_run, "--engine", "tf", "-np", n, "--", *worker]
     if setting.backend == "jax":
         return [*kscale_run, "--engine", "jax", "-np", n, "--", *worker]
+    if setting.backend == "torch":  # the hand-written script too: torchrun is how its users start it
+        return [*kscale_run, "--engine", "torch", "-np", n, "--", *worker]
     return worker
 
 
 def processes(setting: Setting) -> int:
-    return setting.workers if setting.backend in ("horovod", "multi_worker", "jax") else 1
+    return setting.workers if setting.backend in ("horovod", "multi_worker", "jax", "torch") else 1
 
 
 def run_one(setting: Setting, sizes: Sizes, threads: int, repeat: int = 0) -> dict[str, Any]:

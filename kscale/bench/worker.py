@@ -37,7 +37,7 @@ from typing import Any
 
 STARTED = time.perf_counter()  # before TensorFlow, Horovod or kscale is imported
 
-IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras", "keras_distribution")
+IMPLEMENTATIONS = ("kscale", "horovod", "tf", "keras", "keras_distribution", "torch_ddp")
 #: How long stop_profile lets the last collectives' completion callbacks finish (measured: without a wait,
 #: 1 profile in 6 to 25 lost the last Done event on a loaded 2-core machine; with 0.5 s, 0 in 40).
 PROFILE_SETTLE_SECONDS = 0.5
@@ -397,6 +397,75 @@ def train_with_keras_distribution(args, spec, keras, data, strategy=None) -> Job
     return Job(fit, rank == 0, replicas, barrier=_jax_barrier)
 
 
+def train_with_torch_ddp(args, spec, keras, data, strategy=None) -> Job:
+    """keras.io's "Multi-GPU distributed training with PyTorch": the Keras model wrapped in torch's
+    DistributedDataParallel and trained by a torch loop (torch optimizer and loss, a DataLoader with a
+    DistributedSampler), under torchrun's process group; the timer's hooks called where fit calls them."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    processes, rank = dist.get_world_size(), dist.get_rank()
+    model = spec.build(keras)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    compile_args = spec.compile_args(keras, processes)
+    optimizer, loss_fn = (
+        _torch_optimizer(compile_args["optimizer"], ddp),
+        _torch_loss(compile_args["loss"], keras),
+    )
+    x, y = data(processes)
+    dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=False)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, sampler=sampler, drop_last=True)
+
+    def fit(epochs: int, callbacks: list) -> None:
+        for epoch in range(epochs):
+            for callback in callbacks:
+                callback.on_epoch_begin(epoch)
+            sampler.set_epoch(epoch)
+            total = 0.0
+            for inputs, targets in loader:
+                optimizer.zero_grad()
+                loss = loss_fn(ddp(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                total += loss.detach()
+            float(total)  # the epoch's loss reaches the host, as fit's logs do
+        for callback in callbacks:
+            callback.on_train_end()
+
+    return Job(fit, rank == 0, processes, barrier=dist.barrier)
+
+
+def _torch_optimizer(optimizer: Any, module: Any) -> Any:
+    """The torch optimizer the guide would write for the model's Keras one (same kind and settings)."""
+    import torch
+
+    rate = float(optimizer.learning_rate)
+    if type(optimizer).__name__ == "Adam":
+        return torch.optim.Adam(module.parameters(), lr=rate)
+    return torch.optim.SGD(module.parameters(), lr=rate, momentum=float(getattr(optimizer, "momentum", 0.0)))
+
+
+def _torch_loss(loss: Any, keras: Any) -> Any:
+    """The torch loss for the model's Keras one: cross-entropy from logits or from probabilities, or MSE."""
+    import torch
+
+    name = str(getattr(loss, "name", loss)).lower()
+    if "crossentropy" in name:
+        logits = getattr(loss, "from_logits", False)
+
+        def cross_entropy(outputs: Any, targets: Any) -> Any:
+            targets = targets.reshape(-1).long()
+            if logits:
+                return torch.nn.functional.cross_entropy(outputs, targets)
+            return torch.nn.functional.nll_loss(torch.log(outputs.clamp_min(1e-7)), targets)
+
+        return cross_entropy
+    return torch.nn.MSELoss()
+
+
 def _jax_barrier() -> None:
     from jax.experimental import multihost_utils
 
@@ -422,6 +491,7 @@ TRAINERS: dict[str, Trainer] = {
     "tf": train_with_tf_distribute,
     "keras": train_with_keras,
     "keras_distribution": train_with_keras_distribution,
+    "torch_ddp": train_with_torch_ddp,
 }
 
 

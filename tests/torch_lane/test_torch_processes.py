@@ -20,6 +20,7 @@ def test_a_worker_that_dies_ends_the_job_within_seconds(launch):
     done = launch([*command, sys.executable, "-m", "kscale.selftest", "--fail-rank", "1", "--fail-code", "3"])
     took = time.monotonic() - started
     assert done.returncode != 0, done.stdout[-3000:]
+    assert "exiting with status 3 after joining the job" in done.stdout, done.stdout[-3000:]  # it had started
     assert "kscale selftest PASS" not in done.stdout  # rank 0 was stopped, not left to finish alone
     assert took < 60, f"the job took {took:.0f} s to end after a worker died"
 
