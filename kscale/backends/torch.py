@@ -67,6 +67,10 @@ class TorchBackend(Backend):
         cuda = torch.cuda.is_available()
         if cuda:  # before Keras creates any variable on "cuda", which means the current device
             torch.cuda.set_device(self.env.local_rank % torch.cuda.device_count())
+        # The group is left before the interpreter tears torch down, whoever made it: a gloo group still
+        # alive at exit can abort the process ("terminate called without an active exception"), failing a
+        # job that trained well (one run in three here). A launcher that leaves it itself (Ray) is first.
+        atexit.register(_leave_process_group)
         if dist.is_initialized() or self.env.world_size < 2:
             return  # Ray Train's TorchTrainer made the group already; or one process
         if self.env.torch_master is None:
@@ -79,9 +83,6 @@ class TorchBackend(Backend):
         dist.init_process_group(
             backend="nccl" if cuda else "gloo", rank=self.env.rank, world_size=self.env.world_size
         )
-        # Left before the interpreter tears torch down: a gloo group still alive at exit can abort the
-        # process ("terminate called without an active exception"), failing a job that trained well.
-        atexit.register(_leave_process_group)
 
     @property
     def num_workers(self) -> int:
