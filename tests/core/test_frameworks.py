@@ -14,7 +14,9 @@ from kscale.frameworks import KerasInfo
 
 @pytest.fixture
 def stack(monkeypatch):
-    """`stack(tensorflow=(2, 18, 1), keras=(3, 15, 1), tf_keras=True, **variables)`: fake an installed stack."""
+    """`stack(tensorflow=(2, 18, 1), keras=(3, 15, 1), tf_keras=True, **variables)`: fake an installed stack,
+    TensorFlow not imported yet (a lane's own TensorFlow, imported, would say what its tf.keras is)."""
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
 
     def make(tensorflow=None, keras=None, tf_keras=False, **variables):
         versions = {"tensorflow": tensorflow, "keras": keras}
@@ -48,6 +50,19 @@ def test_lane_b_is_keras_2_with_the_variable_and_keras_3_without(stack):
     stack(tensorflow=(2, 18, 1), keras=(3, 15, 1), tf_keras=True, KERAS_BACKEND="tensorflow")
     assert frameworks.process_keras() == KerasInfo(3, "tensorflow")
     assert frameworks.legacy_keras_needed()  # Horovod and MultiWorkerMirroredStrategy need it there
+
+
+def test_tf_keras_is_what_tensorflow_made_it_once_it_decided(stack, monkeypatch):
+    # Ray's TensorflowTrainer sets TF_USE_LEGACY_KERAS=1 in workers whose tf.keras is Keras 3 already.
+    stack(tensorflow=(2, 21, 0), keras=(3, 15, 1), tf_keras=True, TF_USE_LEGACY_KERAS="1")
+    decided = {"value": "keras_3"}
+    monkeypatch.setitem(sys.modules, "tensorflow", object())
+    monkeypatch.setattr("kscale._tensorflow_private.tf_keras_decided", lambda tf: decided["value"])
+    assert frameworks.process_keras().generation == 3
+    decided["value"] = "tf_keras"
+    assert frameworks.process_keras() == KerasInfo(2, "tensorflow")
+    decided["value"] = None  # not decided yet: the variable and tf_keras say what it will be
+    assert frameworks.process_keras() == KerasInfo(2, "tensorflow")
 
 
 def test_lane_c_keras_3_on_jax_without_tensorflow(stack):
