@@ -41,3 +41,19 @@ def log_value(value: Any) -> Any:
     """A metric's result as Keras' logs hold it: a Python float for a scalar, else a numpy array."""
     array = np.asarray(value)
     return array.item() if array.ndim == 0 else array
+
+
+def reduce_by_aggregation(variables: list, rows: list[np.ndarray]) -> list[np.ndarray]:
+    """Each Keras 3 metric state reduced over processes as its variable's aggregation says, from `rows`
+    (each variable's values, one row per process): the sum (Keras' default: totals, counts, true
+    positives), the mean, or the first process's."""
+    reduced = []
+    for variable, row in zip(variables, rows):
+        aggregation = getattr(variable, "aggregation", "sum")
+        if aggregation == "only_first_replica":
+            reduced.append(row[0])
+        elif aggregation == "mean":
+            reduced.append(row.mean(axis=0).astype(row.dtype))
+        else:
+            reduced.append(row.sum(axis=0))
+    return reduced

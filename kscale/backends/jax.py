@@ -21,6 +21,7 @@ from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
+from kscale.metric_states import reduce_by_aggregation
 
 
 class JaxBackend(Backend):
@@ -146,16 +147,7 @@ class JaxBackend(Backend):
         from jax.experimental import multihost_utils
 
         rows = multihost_utils.process_allgather([np.asarray(v.numpy()) for v in variables])
-        reduced = []
-        for variable, row in zip(variables, rows):
-            aggregation = getattr(variable, "aggregation", "sum")
-            if aggregation == "only_first_replica":
-                reduced.append(row[0])
-            elif aggregation == "mean":
-                reduced.append(row.mean(axis=0).astype(row.dtype))
-            else:
-                reduced.append(row.sum(axis=0))
-        return reduced
+        return reduce_by_aggregation(variables, rows)
 
     def averaged_numbers(self, values: list[float]) -> list[float]:
         return [float(v) for v in self.gather(np.asarray(values, np.float64)).mean(axis=0)]

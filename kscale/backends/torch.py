@@ -26,7 +26,7 @@ from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
-from kscale.metric_states import results_from_states
+from kscale.metric_states import reduce_by_aggregation, results_from_states
 
 
 class TorchBackend(Backend):
@@ -148,16 +148,7 @@ class TorchBackend(Backend):
 
     def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
         rows = self._gather_arrays([np.asarray(v.numpy()) for v in variables])
-        reduced = []
-        for variable, row in zip(variables, rows):
-            aggregation = getattr(variable, "aggregation", "sum")
-            if aggregation == "only_first_replica":
-                reduced.append(row[0])
-            elif aggregation == "mean":
-                reduced.append(row.mean(axis=0).astype(row.dtype))
-            else:
-                reduced.append(row.sum(axis=0))
-        return reduced
+        return reduce_by_aggregation(variables, rows)
 
     def averaged_numbers(self, values: list[float]) -> list[float]:
         return self.average(values)

@@ -54,3 +54,16 @@ def test_workers_passing_other_arrays_get_a_data_error_naming_them():
         DataError, match=r"training data differs between workers: rank\(s\) 2 .*data_policy='none'"
     ):
         agreement.check_same_data(rows, "training data")
+
+
+def test_metric_states_combine_by_their_aggregation_not_only_by_sum():
+    import types
+
+    from kscale.metric_states import reduce_by_aggregation
+
+    states = [types.SimpleNamespace(aggregation=a) for a in ("sum", "mean", "only_first_replica", None)]
+    rows = [np.array([[1.0, 2.0], [3.0, 4.0]]) for _ in states]  # two processes' values of each state
+    states[3] = types.SimpleNamespace()  # no aggregation said: Keras' default, a sum
+    total, mean, first, default = reduce_by_aggregation(states, rows)
+    assert total.tolist() == [4.0, 6.0] and mean.tolist() == [2.0, 3.0]
+    assert first.tolist() == [1.0, 2.0] and default.tolist() == [4.0, 6.0]
