@@ -49,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="write wall time, samples/s and losses here as JSON (rank 0; every rank where the path has {rank})",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-shuffle", action="store_true", help="fit in the data's order (to compare runs exactly)"
+    )
     p.add_argument("--no-kscale", action="store_true", help="plain Keras: train without kscale.distribute()")
     return p.parse_args(argv)
 
@@ -120,7 +123,15 @@ def main(argv=None) -> dict:
     if args.checkpoint:
         callbacks.append(keras.callbacks.ModelCheckpoint(args.checkpoint))
     start = time.perf_counter()
-    history = model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks, verbose=2)
+    history = model.fit(
+        x,
+        y,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        callbacks=callbacks,
+        shuffle=not args.no_shuffle,
+        verbose=2,
+    )
     wall = time.perf_counter() - start
     epochs_run = len(history.history["loss"])
     divided = args.data_policy == "divide_epochs" and not args.no_kscale
