@@ -1,4 +1,4 @@
-"""Keras 3's BackupAndRestore across processes (TF_CONFIG workers on TensorFlow, JAX processes): a job
+"""Keras 3's BackupAndRestore across processes (TF_CONFIG workers on TensorFlow, JAX processes, torchrun): a job
 killed after epoch 2 of 4 resumes at epoch 3, on the same number of processes or on another.
 
 On the same number the resumed weights equal one uninterrupted process at the same global batch and rate

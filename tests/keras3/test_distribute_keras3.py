@@ -202,7 +202,7 @@ def test_keras_3_with_horovod_is_refused():
 
 
 @pytest.mark.usefixtures("single_process")
-def test_multi_worker_runs_keras_3_on_tensorflow_and_refuses_it_on_jax():
+def test_multi_worker_runs_keras_3_on_tensorflow_and_refuses_it_on_jax_and_torch():
     from kscale import backends
 
     if KERAS_BACKEND == "tensorflow":
@@ -210,7 +210,7 @@ def test_multi_worker_runs_keras_3_on_tensorflow_and_refuses_it_on_jax():
         return
     with pytest.raises(BackendError) as err:
         kscale.distribute(tiny_model(), backend="multi_worker")
-    assert "does not run a Keras 3 (jax) model (it runs on: tensorflow" in str(err.value)
+    assert f"does not run a Keras 3 ({KERAS_BACKEND}) model (it runs on: tensorflow" in str(err.value)
 
 
 def test_a_keras_3_model_under_horovodrun_is_refused_not_trained_alone(monkeypatch, clean_launcher_env):
@@ -225,7 +225,7 @@ def test_a_keras_3_model_under_horovodrun_is_refused_not_trained_alone(monkeypat
 
 
 @pytest.mark.usefixtures("single_process")
-def test_mirrored_is_tensorflows_and_jax_is_jaxs():
+def test_mirrored_is_tensorflows_and_jax_is_jaxs_and_torch_is_torchs():
     model = tiny_model()
     if KERAS_BACKEND == "tensorflow":
         distributed = kscale.distribute(model, backend="mirrored", devices=["CPU:0"], print_plan=False)
@@ -237,9 +237,12 @@ def test_mirrored_is_tensorflows_and_jax_is_jaxs():
             kscale.distribute(tiny_model(), backend="jax")
     else:
         with pytest.raises(
-            BackendError, match="the 'mirrored' backend does not run a Keras 3 \\(jax\\) model"
+            BackendError, match=f"the 'mirrored' backend does not run a Keras 3 \\({KERAS_BACKEND}\\) model"
         ):
             kscale.distribute(model, backend="mirrored")
+        other = "torch" if KERAS_BACKEND == "jax" else "jax"
+        with pytest.raises(BackendError, match=f"the '{other}' backend does not run a Keras 3"):
+            kscale.distribute(tiny_model(), backend=other)
 
 
 def test_a_keras_2_option_is_unknown_for_keras_3(distribute_as_worker):
