@@ -101,6 +101,7 @@ class TorchBackend(Backend):
     # -- the model ------------------------------------------------------------------------------------------
     def place_model(self, model: Any) -> Any:
         """The user's model itself, with the chief's weights (and optimizer state, if it has any yet)."""
+        _check_on_this_processes_gpu(model)
         if self.num_workers > 1:
             optimizer_variables = list(getattr(model.optimizer, "variables", None) or [])
             self._broadcast([*model.variables, *optimizer_variables])
@@ -194,6 +195,21 @@ class TorchBackend(Backend):
     def barrier(self) -> None:
         if self.num_workers > 1:
             dist.barrier()
+
+
+def _check_on_this_processes_gpu(model: Any) -> None:
+    """A model built before `import kscale` chose this process's GPU lives on the default one: every process
+    of the host would train on GPU 0. Stop with the fix instead."""
+    if not torch.cuda.is_available():
+        return
+    mine = torch.cuda.current_device()
+    elsewhere = {v.value.device.index for v in model.variables if v.value.is_cuda} - {mine}
+    if elsewhere:
+        raise BackendError(
+            f"the model's variables are on cuda:{min(elsewhere)}, but this process trains on cuda:{mine} (one "
+            "GPU per process): the model was built before `import kscale` gave this process its GPU. Put "
+            "`import kscale` at the top of the script, before building the model."
+        )
 
 
 def _leave_process_group() -> None:
