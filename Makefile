@@ -116,7 +116,9 @@ lint: venv
 # the other stream fills both. Each line says its lane. Measured on a fresh clone of this 2-core machine
 # (`bash .ci/run`, commit ab18a1b): 2,137 s in all, set-up included (lane A's tests 1,562 s, B 678,
 # C-TF 656, C-JAX 292; 182% CPU); at 0f1633f 2,392 s (every lane 7-10% slower on a busier machine); at
-# 3ecc73c 1,654 s (A 1,158 s, B 461, C-TF 525, C-JAX 265; pip's cache warm; AMD EPYC Zen 4, AVX-512, no AMX).
+# 3ecc73c 1,654 s (A 1,158 s, B 461, C-TF 525, C-JAX 265; pip's cache warm; AMD EPYC Zen 4, AVX-512, no AMX);
+# at 574d46b 2,031 s with the torch lane last in the second stream (A 1,230 s, B 484, C-TF 647 with Ray,
+# C-JAX 287, C-torch 176; pip's cache warm, Ray and torch's CPU wheel local or cached).
 test:
 	$(MAKE) --no-print-directory -j2 stream-a stream-others
 

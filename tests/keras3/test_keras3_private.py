@@ -150,17 +150,22 @@ def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeyp
 
 def test_tf_keras_is_keras_3_when_tensorflow_decided_so_before_the_legacy_variable_was_set(monkeypatch):
     # Ray's TensorflowTrainer sets TF_USE_LEGACY_KERAS=1 in workers that already used TensorFlow: tf.keras
-    # is Keras 3 all the same, and kscale must not load its Keras 2 modules for it.
-    import pytest
+    # is Keras 3 all the same, and kscale must not load its Keras 2 modules for it. Without TensorFlow
+    # (the JAX and torch lanes) the variable makes nothing Keras 2 either.
+    import importlib.util
 
-    tf = pytest.importorskip("tensorflow")
     from kscale import _tensorflow_private, environment, frameworks
 
-    tf.keras.Model  # noqa: B018  (TensorFlow decides here, without the variable)
+    has_tensorflow = importlib.util.find_spec("tensorflow") is not None
+    if has_tensorflow:
+        import tensorflow as tf
+
+        tf.keras.Model  # noqa: B018  (TensorFlow decides here, without the variable)
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     environment.reset()
     try:
-        assert _tensorflow_private.tf_keras_decided(tf) == "keras_3"
+        if has_tensorflow:
+            assert _tensorflow_private.tf_keras_decided(tf) == "keras_3"
         assert not frameworks.tf_keras_is_keras_2()
         assert frameworks.process_keras().generation == 3
     finally:

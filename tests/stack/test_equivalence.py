@@ -81,7 +81,7 @@ def _launch(launch, way: str, mode: str, out) -> list[dict]:
 #: starting from other weights (tests/conformance: mnist_convnet, callbacks_keras, custom_metric_uneven,
 #: backup_and_restore). Here only what it does not launch: 2 workers x 2 replicas, JAX's devices in one
 #: process, and a model built outside the job's distribution.
-IN_CONFORMANCE = {"horovod", "multi_worker", "mirrored", "jax_processes", "torch"}
+IN_CONFORMANCE = {"horovod", "multi_worker", "mirrored", "jax_processes"}
 
 
 @pytest.mark.timeout(300)
