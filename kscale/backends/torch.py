@@ -189,9 +189,6 @@ class TorchBackend(Backend):
             return list(values)
         return [float(v) for v in self.mean_over_workers(np.asarray(values, np.float64))]
 
-    def local_values(self, variables: list) -> list[np.ndarray]:
-        return [np.asarray(v.numpy()) for v in variables]
-
     def barrier(self) -> None:
         if self.num_workers > 1:
             dist.barrier()
