@@ -5,8 +5,10 @@
 `import kscale` reads the launcher's environment once. Under a multi-process launcher it does what must
 happen before the framework's first operation: uses tf_keras for Horovod and multi-worker TensorFlow on
 TensorFlow >= 2.16, pins one GPU per process, creates the multi-worker strategy (TF_CONFIG) or joins the
-keras.distribution job (Keras 3 on JAX). It never imports horovod or tensorflow_estimator, and in one
-process no framework at all.
+keras.distribution job (Keras 3 on JAX). In one process that imported TensorFlow first and has several
+GPUs (or asked for `KSCALE_BACKEND=mirrored`) it creates the MirroredStrategy, so that models built after
+it are built in it. It never imports horovod or tensorflow_estimator, and in one process that has not
+imported a framework, none.
 """
 
 from __future__ import annotations
@@ -108,7 +110,10 @@ def _is_launcher_process() -> bool:
 def _startup() -> None:
     """Set up what must precede the framework's first operation, only when the environment asks for it."""
     env = environment.current()
-    if env.world_size > 1 and not _is_launcher_process():
+    # Several processes; or one that may replicate over its devices (TensorFlow imported already, or a
+    # backend asked for): backends.startup() decides. Otherwise nothing is imported.
+    may_need = env.world_size > 1 or "tensorflow" in sys.modules or env.backend_override is not None
+    if may_need and not _is_launcher_process():
         from kscale import backends
 
         backends.startup()

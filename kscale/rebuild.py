@@ -10,6 +10,12 @@ from typing import Any
 
 from kscale.errors import ModelError
 
+#: Where a model that cannot be copied into a strategy's scope can be built instead (the end of a sentence).
+BUILD_IT_IN_SCOPE = (
+    "build the model after `import kscale`, which (TensorFlow imported first) makes the strategy the "
+    "process's own, or inside `with kscale.scope():`, and pass that"
+)
+
 #: compile() arguments holding loss and metric objects, which are created anew where they are used.
 _LOSSES_AND_METRICS = ("loss", "metrics", "weighted_metrics")
 

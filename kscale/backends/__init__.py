@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from typing import Any
 
 from kscale import environment, frameworks
@@ -201,6 +202,13 @@ def current(
                 f"this process already runs the {_current.name!r} backend; it cannot switch to "
                 f"{wanted.name!r}. Use one backend per process (set it once, or via KSCALE_BACKEND)."
             )
+        if devices and not _current.runs_on(devices):
+            raise OptionError(
+                f"this process's {_current.name!r} backend already runs on {', '.join(_current.devices)} "
+                f"(made at `import kscale` or by an earlier call), not on {', '.join(devices)}. Pass the "
+                "same devices every time, or make only those visible (CUDA_VISIBLE_DEVICES) before "
+                "starting Python."
+            )
         return _current
     backend = wanted(environment.current(), devices=devices)
     backend.setup()
@@ -234,21 +242,36 @@ def startup() -> None:
     Under a multi-process launcher: use tf_keras where Horovod or MultiWorkerMirroredStrategy need it,
     pin one GPU per process (TensorFlow), and create the backends that must exist before the first op
     (MultiWorkerMirroredStrategy; keras.distribution for JAX, so that models built after `import kscale`
-    are created on every process's devices).
+    are created on every process's devices). In one process that TensorFlow will replicate over several
+    devices (MirroredStrategy), create the strategy too, so that every model built after `import kscale`
+    has its variables in it: kscale then trains the user's own model, whatever its `__init__` takes.
     """
     env = environment.current()
-    if env.world_size < 2:
+    one_process = env.world_size < 2
+    if one_process and not _may_replicate_in_one_process(env):
         return
-    frameworks.use_legacy_keras_under_launchers(env)
+    if not one_process:
+        frameworks.use_legacy_keras_under_launchers(env)
     keras = frameworks.process_keras()
-    if keras.backend == "tensorflow":
+    if keras.backend == "tensorflow" and not one_process:
         _pin_gpu(env.local_rank)
+    if one_process and keras.backend != "tensorflow":
+        return
     try:
         chosen = resolve(keras=keras)
-    except (OptionError, BackendError):
+    except (OptionError, BackendError, MissingDependencyError):
         return  # distribute() reports it, with the model in hand
-    if chosen.create_at_import:
+    if chosen.create_at_import and chosen.one_process == one_process:
         current(keras=keras).at_import()
+
+
+def _may_replicate_in_one_process(env: environment.Environment) -> bool:
+    """Whether this one process may run MirroredStrategy: started by no launcher, and TensorFlow already
+    imported by the script (or the mirrored backend asked for). `import kscale` alone never imports a
+    framework, so `kscale --help` and a launcher's own process stay light."""
+    if env.launcher is not environment.Launcher.NONE:
+        return False
+    return "tensorflow" in sys.modules or env.backend_override == "mirrored"
 
 
 def _pin_gpu(local_rank: int) -> None:

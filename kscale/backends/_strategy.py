@@ -259,13 +259,37 @@ class OneHostMirrored(StrategyBackend):
     """`tf.distribute.MirroredStrategy` over this process's devices (the same for tf.keras and Keras 3)."""
 
     one_process = True
+    # Made at `import kscale` when the script imported TensorFlow first (backends.startup): models built
+    # after it are built in the strategy, so a model whose __init__ takes models trains as it is.
+    create_at_import = True
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
         return env.launcher is Launcher.NONE and len(tf.config.list_physical_devices("GPU")) > 1
 
+    def at_import(self) -> None:
+        if self._strategy is None:
+            # Making the strategy starts TensorFlow's runtime, after which a GPU's memory growth can no
+            # longer change: turn it on first, so that the scripts that turn it on after `import kscale`
+            # (TensorFlow's and Horovod's guides) still run (setting it to what it is is allowed).
+            for gpu in tf.config.list_physical_devices("GPU"):
+                tf.config.experimental.set_memory_growth(gpu, True)
+        super().at_import()
+
     def make_strategy(self) -> tf.distribute.Strategy:
-        return tf.distribute.MirroredStrategy(devices=self.requested_devices)
+        devices = self.requested_devices
+        if devices is None and not tf.config.list_physical_devices("GPU"):
+            # No GPU: the logical CPUs the script split the CPU into (tests and CPU-only trials)
+            cpus = tf.config.list_logical_devices("CPU")
+            devices = [cpu.name for cpu in cpus] if len(cpus) > 1 else None
+        return tf.distribute.MirroredStrategy(devices=devices)
+
+    def runs_on(self, devices: list[str]) -> bool:
+        def named(name: str) -> tuple[str, int]:
+            spec = tf.DeviceSpec.from_string(name if "/" in name or ":" not in name else f"/device:{name}")
+            return (spec.device_type or "").upper(), spec.device_index or 0
+
+        return sorted(map(named, devices)) == sorted(map(named, self.devices))
 
     def notes(self) -> list[str]:
         if self.num_replicas > 1:

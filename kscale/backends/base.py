@@ -103,6 +103,10 @@ class Backend(abc.ABC):
     def devices(self) -> tuple[str, ...]:
         return ()
 
+    def runs_on(self, devices: list[str]) -> bool:
+        """Whether this backend replicates over exactly `devices` (as a user names them: "GPU:0")."""
+        return self.requested_devices is None or list(devices) == list(self.requested_devices)
+
     def keras_steps(self) -> contextlib.AbstractContextManager:
         """Where Keras' fit, train_on_batch and test_on_batch run for kscale, each worker feeding its part."""
         return contextlib.nullcontext()

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from kscale import _keras_private
 from kscale.errors import ModelError
-from kscale.rebuild import fresh_compile_args, require_compiled
+from kscale.rebuild import BUILD_IT_IN_SCOPE, fresh_compile_args, require_compiled
 
 
 def check_model(model: Any) -> tf.keras.Model:
@@ -122,7 +122,7 @@ def _clone(model: tf.keras.Model) -> tf.keras.Model:
         raise ModelError(
             f"subclassed model {type(model).__name__} has no get_config(), so kscale cannot rebuild it "
             "inside the distribution strategy's scope. Either implement get_config() (returning the "
-            "arguments of __init__) or create the model inside `with kscale.scope():` and pass that."
+            "arguments of __init__) or " + BUILD_IT_IN_SCOPE + "."
         ) from None
     try:
         clone = tf.keras.models.clone_model(model)
@@ -130,7 +130,7 @@ def _clone(model: tf.keras.Model) -> tf.keras.Model:
         raise ModelError(
             f"cloning model {model.name!r} with Keras' clone_model, i.e. "
             f"{type(model).__name__}.from_config(model.get_config()) failed ({err}); fix get_config() so "
-            "it returns the __init__ arguments, or create the model inside `with kscale.scope():`."
+            "it returns the __init__ arguments, or " + BUILD_IT_IN_SCOPE + "."
         ) from err
     return clone if type(clone) is type(model) else _as_class_of(model, clone)
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from kscale import _keras_private
 from kscale.errors import ModelError
+from kscale.rebuild import BUILD_IT_IN_SCOPE, require_compiled
 from kscale.rebuild import fresh_compile_args as _fresh_compile_args
-from kscale.rebuild import require_compiled
 
 
 def check_model(model: Any) -> None:
@@ -34,8 +34,7 @@ def rebuild_in(model: Any, owner: Any, weights: list | None = None) -> Any:
         except Exception as err:  # the user's get_config/from_config: anything can go wrong there
             raise ModelError(
                 f"cloning model {model.name!r} with keras.models.clone_model failed ({err}). Fix its "
-                "get_config() so it returns the __init__ arguments, or build the model inside "
-                "`with kscale.scope():` and pass that."
+                "get_config() so it returns the __init__ arguments, or " + BUILD_IT_IN_SCOPE + "."
             ) from err
         if not model.built:  # Keras builds it on its first batch, in the scope its fit enters
             return clone

@@ -35,21 +35,25 @@ if args.devices > 1:  # JAX reads this when it starts
 
 sys.path.insert(0, str(HERE.parents[1]))  # the repo: tests.conformance.*
 
-import kscale  # noqa: E402
-from tests.conformance import harness  # noqa: E402
-
 options: dict = {}
 if args.devices > 1:
-    if harness.KERAS.backend == "jax":
+    if os.environ.get("KERAS_BACKEND") == "jax":
         options = {"backend": "jax"}
     else:
+        # As a one-host script starts: TensorFlow imported and its devices set up, then `import kscale`,
+        # which makes the MirroredStrategy the process's own (the CPU split in logical devices stands in
+        # for a host's GPUs; KSCALE_BACKEND asks for mirrored where there is no GPU).
         import tensorflow as tf
 
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices
         )
+        os.environ["KSCALE_BACKEND"] = "mirrored"
         options = {"backend": "mirrored", "devices": [f"CPU:{i}" for i in range(args.devices)]}
+
+import kscale  # noqa: E402
+from tests.conformance import harness  # noqa: E402
 
 wanted = [name for name in args.only.split(",") if name] or PROGRAMS
 for name in wanted:

@@ -146,3 +146,103 @@ def test_distribute_in_one_process_imports_no_horovod_and_no_jax():
         """
     )
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_import_kscale_alone_imports_no_framework():
+    proc = run_python(
+        """
+        import sys
+        import kscale
+        loaded = [m for m in ("tensorflow", "keras", "jax", "torch") if m in sys.modules]
+        assert not loaded, loaded
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_tensorflow_imported_first_without_several_devices_is_left_untouched():
+    """One CPU, no backend asked for: `import kscale` makes no strategy and leaves TensorFlow's devices open
+    to the script's own set-up after it."""
+    proc = run_python(
+        """
+        import tensorflow as tf
+        import kscale
+        assert not tf.distribute.has_strategy()
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        print("devices", len(tf.config.list_logical_devices("CPU")))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "devices 2" in proc.stdout
+
+
+#: A script for one process with two logical CPUs standing in for a host's GPUs: TensorFlow imported and set
+#: up first, then `import kscale`, then keras.io's pattern of a model whose __init__ takes models.
+MIRRORED_SCRIPT = """
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import kscale
+
+keras = tf.keras
+
+
+class Pair(keras.Model):  # no get_config: Keras cannot copy it from a config
+    def __init__(self, first, second):
+        super().__init__()
+        self.first, self.second = first, second
+
+    def call(self, x):
+        return self.second(self.first(x))
+
+
+first = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
+second = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model = Pair(first, second)
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_mirrored_strategy_made_at_import_trains_the_users_own_model():
+    proc = run_python(
+        MIRRORED_SCRIPT
+        + """
+distributed = kscale.distribute(model)
+assert distributed is model, "a copy"
+assert isinstance(first.layers[0].kernel, tf.distribute.DistributedValues), type(first.layers[0].kernel)
+x = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
+history = model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0)
+loss = model.evaluate(x, x[:, :1], batch_size=4, verbose=0)
+print("replicas", model.distribute_strategy.num_replicas_in_sync, "loss", loss)
+assert not tf.distribute.has_strategy(), "the process's strategy is left at distribute()"
+""",
+        KSCALE_BACKEND="mirrored",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "replicas 2" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_other_devices_than_the_strategy_made_at_import_are_refused():
+    proc = run_python(
+        MIRRORED_SCRIPT
+        + """
+try:
+    kscale.distribute(model, devices=["CPU:0"])
+except kscale.OptionError as err:
+    print("refused:", err)
+kscale.distribute(model, devices=["CPU:1", "CPU:0"])  # the same devices, in any order
+print("accepted")
+""",
+        KSCALE_BACKEND="mirrored",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused:" in proc.stdout and "already runs on" in proc.stdout and "not on CPU:0" in proc.stdout
+    assert "accepted" in proc.stdout
