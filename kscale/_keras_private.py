@@ -130,7 +130,7 @@ def clone_uncompiled(keras: Any, model: Any) -> Any:
         model.compiled = compiled
 
 
-def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
+def on_distribution_loss_scaling(keras: Any, callback: Any, unscaled_while: Any = None) -> None:
     """Have `callback()` called whenever a loss is divided by the replicas of a tf.distribute strategy:
     by Keras (the built-in train_step, compute_loss / compiled_loss, Keras 3's Loss objects), or by
     TensorFlow's `tf.nn.compute_average_loss` (per-example losses over the global batch, as TensorFlow's
@@ -142,6 +142,14 @@ def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
     `<keras>.src.utils.losses_utils.scale_loss_for_distribution`, Keras 3's
     `keras.src.losses.loss.scale_loss_for_distribution`, and the public `tf.nn.compute_average_loss`
     (looked up when a step is traced, so the wrapper is what a train_step calls).
+
+    While `unscaled_while()` is true, Keras' division (and Keras 3's undoing of it,
+    `unscale_loss_for_distribution`, which its own step applies before tracking the loss) returns the
+    value as it is, and `callback` is not called: a train_step of the user's own then tracks the loss one
+    process would (keras.io's `loss_tracker.update_state(loss)` logged it N times too small in Keras 3,
+    and skewed Keras 2's loss tracker, which compiled_loss updates too), and kscale divides its gradients
+    instead. `tf.nn.compute_average_loss` then averages over the replica's batch, unless it is given a
+    global batch size (a step written for a strategy).
     """
     import importlib
 
@@ -151,11 +159,17 @@ def on_distribution_loss_scaling(keras: Any, callback: Any) -> None:
         f"{root}.src.losses.loss" if generation_3 else f"{root}.src.utils.losses_utils"
     )
     _call_first(module, "scale_loss_for_distribution", callback)
+    if unscaled_while is not None:
+        _identity_while(module, "scale_loss_for_distribution", unscaled_while)
+        if generation_3:  # Keras 2 tracks its loss before dividing it, and has nothing to undo
+            _identity_while(module, "unscale_loss_for_distribution", unscaled_while)
     try:
         import tensorflow as tf
     except ImportError:  # Keras 3 on JAX: no tf.distribute strategy, no tf.nn
         return
     _call_first(tf.nn, "compute_average_loss", callback)
+    if unscaled_while is not None:
+        _replica_average_while(tf.nn, unscaled_while)
 
 
 def _call_first(namespace: Any, name: str, callback: Any) -> None:
@@ -174,6 +188,46 @@ def _call_first(namespace: Any, name: str, callback: Any) -> None:
     watched = getattr(namespace, name)._kscale_callbacks
     if callback not in watched:
         watched.append(callback)
+
+
+def _identity_while(namespace: Any, name: str, predicate: Any) -> None:
+    """`namespace.name(value)` returns `value` as it is while `predicate()` is true (wrapped once)."""
+    current = getattr(namespace, name)
+    if getattr(current, "_kscale_identity_while", None) is not None:
+        current._kscale_identity_while = predicate
+        return
+
+    @functools.wraps(current)
+    def maybe_identity(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if maybe_identity._kscale_identity_while():
+            return value
+        return current(value, *args, **kwargs)
+
+    maybe_identity._kscale_identity_while = predicate
+    setattr(namespace, name, maybe_identity)
+
+
+def _replica_average_while(nn: Any, predicate: Any) -> None:
+    """`nn.compute_average_loss` averages over this replica's batch while `predicate()` is true and no
+    global batch size is given (what one process computes; kscale divides the gradients), else over the
+    global batch as TensorFlow does (wrapped once)."""
+    current = nn.compute_average_loss
+    if getattr(current, "_kscale_replica_while", None) is not None:
+        current._kscale_replica_while = predicate
+        return
+    original = getattr(current, "__wrapped__", current)  # TensorFlow's own, without kscale's note
+
+    @functools.wraps(current)
+    def average(per_example_loss: Any, sample_weight: Any = None, global_batch_size: Any = None) -> Any:
+        if global_batch_size is None and average._kscale_replica_while():
+            import tensorflow as tf
+
+            replica_batch = tf.shape(per_example_loss)[0]
+            return original(per_example_loss, sample_weight, global_batch_size=replica_batch)
+        return current(per_example_loss, sample_weight, global_batch_size)
+
+    average._kscale_replica_while = predicate
+    nn.compute_average_loss = average
 
 
 #: The keyword Keras' own fit passes to `evaluate` when it validates (both generations): the validation

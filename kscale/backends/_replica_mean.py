@@ -39,6 +39,13 @@ def _step_begins() -> None:
     _traced.divided = False
 
 
+def in_own_step() -> bool:
+    """Whether the step being traced in this thread is a train_step of the user's own: Keras 3 then leaves
+    its losses undivided (kscale._keras_private.on_distribution_loss_scaling), so that what the step
+    tracks is what one process tracks, and the gradients are divided here instead."""
+    return getattr(_traced, "own_step", False)
+
+
 def _replicas_mean(outputs: Any) -> Any:
     """Each floating-point tensor the step returns, as the mean over the replicas (one collective for all).
 
@@ -74,9 +81,15 @@ def watch_steps(model: Any, base: type) -> None:
     )
     finish = _replicas_mean if mean_outputs else (lambda outputs: outputs)
 
+    own = own_train is not base.train_step
+
     def train_step(self: Any, data: Any) -> Any:
         _step_begins()
-        return finish(own_train(self, data))
+        _traced.own_step = own
+        try:
+            return finish(own_train(self, data))
+        finally:
+            _traced.own_step = False
 
     object.__setattr__(model, "train_step", types.MethodType(train_step, model))
     if mean_outputs:

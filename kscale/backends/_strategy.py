@@ -57,7 +57,7 @@ class StrategyBackend(Backend):
         if self._strategy is None:
             self._strategy = self.make_strategy()
             _keras_private.on_distribution_loss_scaling(
-                self.keras_module(), _replica_mean.keras_divided_a_loss
+                self.keras_module(), _replica_mean.keras_divided_a_loss, _replica_mean.in_own_step
             )
 
     @property
@@ -83,7 +83,7 @@ class StrategyBackend(Backend):
 
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         placed = self._placed(model)
-        self.family.check_strategy_placed(self, placed)
+        self.family.strategy_placed(self, placed)
         _replica_mean.watch_steps(placed, self.keras_module().Model)
         return placed
 
@@ -105,6 +105,12 @@ class StrategyBackend(Backend):
             arrays = []
         weights = first_replica_arrays(self.strategy, arrays) if several else None
         return self.rebuild_in(model, self.strategy, weights=weights)
+
+    def evaluation_shard(self, model: Any, shard: Any) -> Any:
+        """This worker's part, evaluated on its copy of the model where the backend evaluates on copies: a
+        model that cannot be copied is stopped here, before fit trains it or evaluate runs."""
+        self.family.check_evaluation_copy(self, model)
+        return shard
 
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any

@@ -61,8 +61,11 @@ class Keras2Family:
     def check_strategy_model(self, backend: Any, model: Any) -> None:
         """Nothing to refuse."""
 
-    def check_strategy_placed(self, backend: Any, model: Any) -> None:
-        """Nothing to refuse."""
+    def strategy_placed(self, backend: Any, model: Any) -> None:
+        """Nothing to do: tf.keras trains a model without call() as it is."""
+
+    def check_evaluation_copy(self, backend: Any, model: Any) -> None:
+        """Nothing to refuse: tf.keras backends evaluate on the model itself."""
 
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """The process left `strategy`: the models built in it, but `model`, compile as if built outside."""

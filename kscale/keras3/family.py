@@ -68,38 +68,45 @@ class Keras3Family:
 
     # -- what Keras 3 cannot do under a tf.distribute strategy: stopped before training, saying what works --
     def check_strategy_model(self, backend: Any, model: Any) -> None:
-        """Keras 3's TensorFlow trainer builds a model under a strategy by calling it on the first batch
-        ("Unable to automatically build the model"), which a model without call() (keras.io's GAN, whose
-        train_step calls its sub-models) cannot take; one process never does that build."""
-        if type(model).call is keras.Model.call:
+        """Keras 3's TensorFlow trainer builds a model under a strategy that it does not find built by
+        calling it on the first batch ("Unable to automatically build the model"), which a model without
+        call() (keras.io's GAN and VAE, whose train_step calls their sub-models) cannot take; one process
+        never does that build. Such a model whose sub-models are built is told so (`strategy_placed`)."""
+        if _has_no_call(model) and not _sub_models_built(model):
             raise ModelError(
                 f"{type(model).__name__} has no call(), and Keras 3's TensorFlow trainer builds every model "
                 f"it trains under a tf.distribute strategy (the {backend.name} backend) by calling it, a limit "
-                "of Keras itself. Give the model a call() (keras.io's Distiller calls its student), or train "
-                "it with tf.keras (TF_USE_LEGACY_KERAS=1 with tf_keras; kscale's horovod, multi_worker and "
-                "mirrored backends take it)."
+                f"of Keras itself. Build the models {type(model).__name__} holds before kscale.distribute() "
+                "(give each a keras.Input, or call it on a batch), or give the model a call()."
             )
 
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """Nothing: Keras 3's compile takes metrics made outside the model's strategy."""
 
     def adopt_into_strategy(self, model: Any, strategy: Any) -> bool:
-        """Never: Keras 3 under a strategy evaluates on a copy, which check_strategy_placed requires."""
+        """Never: a Keras 3 model trains in the strategy it was built in (or in a copy built there)."""
         return False
 
-    def check_strategy_placed(self, backend: Any, model: Any) -> None:
+    def strategy_placed(self, backend: Any, model: Any) -> None:
+        """A model without call() whose sub-models are built holds every variable it trains: it is built,
+        and says so (Keras' public `built`), so that Keras' trainer does not try to build it by calling it."""
+        if _has_no_call(model) and _sub_models_built(model):
+            model.built = True
+
+    def check_evaluation_copy(self, backend: Any, model: Any) -> None:
         """Keras 3 under a strategy evaluates on each process's copy of the model (Keras' own distributed
         evaluate loses or miscounts samples): a model Keras cannot copy from its config (keras.io's
-        Distiller: its __init__ takes models, no get_config) would fail at its first evaluation, halfway
-        through fit."""
+        Distiller: its __init__ takes models, no get_config) is stopped before it is evaluated, or before
+        fit trains it when fit validates."""
         if backend.evaluates_on_copy() and not self.can_copy(backend, model):
             raise ModelError(
                 f"Keras 3 under a tf.distribute strategy (the {backend.name} backend) evaluates on a copy of "
                 f"the model on each worker, and Keras cannot copy {type(model).__name__} from its config (its "
                 "__init__ takes arguments get_config() does not return). Give it get_config() and "
                 "from_config() (keras.saving.serialize_keras_object / deserialize_keras_object for "
-                "sub-models), or train it with Keras 3 on JAX (KERAS_BACKEND=jax, `kscale run --engine "
-                "jax`), which evaluates it as it is."
+                "sub-models), train it without validation data and evaluate it as one process, or train it "
+                "with Keras 3 on JAX (KERAS_BACKEND=jax, `kscale run --engine jax`), which evaluates it as "
+                "it is."
             )
 
     def check_strategy_compile(self, backend: Any, args: dict) -> None:
@@ -198,3 +205,12 @@ class Keras3Family:
             local.compile(**self.fresh_compile_args(compile_args))
         local.set_weights(weights)
         return local
+
+
+def _has_no_call(model: Any) -> bool:
+    return type(model).call is keras.Model.call
+
+
+def _sub_models_built(model: Any) -> bool:
+    """Whether `model` holds layers, every one of them built (its variables created)."""
+    return bool(model.layers) and all(layer.built for layer in model.layers)

@@ -8,7 +8,6 @@ import numpy as np
 
 FAMILIES = ("keras2", "keras3-tf")
 # Keras 3 builds a model under a tf.distribute strategy by calling it, and this one has no call()
-EXPECT_ERROR_UNDER = {"keras3-tf/mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 EXACT = True
 LATENT = 3
 

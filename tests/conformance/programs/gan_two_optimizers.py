@@ -11,7 +11,6 @@ import numpy as np
 FAMILIES = ("keras2", "keras3-tf")
 EXACT = True
 LATENT = 3
-EXPECT_ERROR_UNDER = {"keras3-tf/mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 
 
 def main(job):

@@ -1,7 +1,8 @@
 """keras.io "Customizing what happens in fit()" (Keras 3, TensorFlow), going lower-level: the model keeps a
-Loss object, its own loss tracker and metric as attributes, and calls `optimizer.apply` itself. Keras 3's
-Loss objects divide their mean by the replicas themselves, so kscale must not divide again; SGD, whose
-updates follow the gradient's scale."""
+Loss object, its own loss tracker and metric as attributes, and calls `optimizer.apply` itself. Under a
+strategy Keras 3's Loss objects divide their mean by the replicas, which the tracker would log (N times too
+small): kscale keeps the loss of a step of the user's own undivided and divides its gradients instead, so
+History is one process's; SGD, whose updates follow the gradient's scale."""
 
 from tests.conformance.harness import data
 
@@ -41,6 +42,7 @@ def main(job):
     model = CustomModel(inputs, keras.layers.Dense(1)(keras.layers.Dense(8, activation="tanh")(inputs)))
     model.compile(optimizer=keras.optimizers.SGD(job.rate(0.05)))
     model = job.distribute(model)
-    model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
+    history = model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
+    job.record("history", history.history)
     job.record("iterations", int(model.optimizer.iterations.numpy()))
     return model

@@ -33,6 +33,7 @@ def main(job):
     model = CustomModel(inputs, keras.layers.Dense(1)(keras.layers.Dense(8, activation="tanh")(inputs)))
     model.compile(optimizer=keras.optimizers.SGD(job.rate(0.05)), loss="mse")
     model = job.distribute(model)
-    model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
+    history = model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
+    job.record("history", history.history)
     job.record("iterations", int(model.optimizer.iterations.numpy()))
     return model

@@ -8,7 +8,6 @@ import numpy as np
 
 FAMILIES = ("keras2", "keras3-tf")
 EXACT = False  # the Sampling layer's noise differs per process
-EXPECT_ERROR_UNDER = {"keras3-tf/mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 LATENT = 2
 
 
