@@ -247,22 +247,24 @@ def without_fit_validation_flag(evaluate_kwargs: dict) -> dict:
 
 
 @contextlib.contextmanager
-def keras3_multi_worker_fixed() -> Iterator[None]:
-    """Keras 3's TensorFlow trainer corrected to run under MultiWorkerMirroredStrategy (keras-team/keras#20585),
-    for the time of the `with` block only; Keras' own code is back in place after it.
+def keras3_strategy_fixed() -> Iterator[None]:
+    """Keras 3's TensorFlow trainer corrected to run under MultiWorkerMirroredStrategy (keras-team/keras#20585)
+    and under MirroredStrategy with string inputs, for the time of the `with` block only; Keras' own code is
+    back in place after it.
 
-    Two private pieces of `keras.src.backend.tensorflow.trainer` fail with several workers, and Keras has no
-    public switch for either (tests/keras3/test_keras3_private.py fails when a Keras release changes them):
+    Two private pieces of `keras.src.backend.tensorflow.trainer` fail, and Keras has no public switch for
+    either (tests/keras3/test_keras3_private.py fails when a Keras release changes them):
 
     - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
-      `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors. The
-      symbolic build needs the batch's shapes only: the first local replica's batch is used instead, and
-      read only where something is still unbuilt.
+      `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors, and no
+      strategy can do for a string column (AddN; keras.io's structured data with lookup layers). The
+      symbolic build needs the batch's shapes and dtypes only: the first local replica's batch is used
+      instead, and read only where something is still unbuilt.
     - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
       ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
       where they have no dimension.
 
-    Both corrections leave any other strategy to Keras' own code. The step functions Keras traces inside
+    The second leaves any other strategy to Keras' own code. The step functions Keras traces inside
     the block keep the corrected reduction; nested blocks are one.
     """
     import importlib
@@ -312,11 +314,7 @@ def keras3_multi_worker_fixed() -> Iterator[None]:
         return original_reduce(values, strategy, reduction)
 
     def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
-        if (
-            self._distribute_strategy is None
-            or iterator is None
-            or not in_multi_worker(self._distribute_strategy)
-        ):
+        if self._distribute_strategy is None or iterator is None:
             return original_build(self, iterator=iterator, data_batch=data_batch)
         strategy = self.distribute_strategy
 

@@ -76,6 +76,9 @@ class StrategyBackend(Backend):
     def scope(self) -> contextlib.AbstractContextManager:
         return self.strategy.scope()
 
+    def keras_steps(self) -> contextlib.AbstractContextManager:
+        return self.family.strategy_steps()
+
     # -- the model: variables must live in the strategy's scope ------------------------------------------
     def check_model(self, model: Any) -> None:
         super().check_model(model)

@@ -6,7 +6,6 @@ two places where, in kscale._keras_private, while this backend runs Keras' fit, 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -24,13 +23,10 @@ class Keras3MultiWorkerBackend(MultiWorker):
     # Evaluation runs on this process's copy of the model (evaluates_on_copy), fed its whole part.
     uneven_evaluation = True
 
-    def keras_steps(self) -> contextlib.AbstractContextManager:
-        return _keras_private.keras3_multi_worker_fixed()
-
     def predict(
         self, model: Any, method: str, keras_method: Callable[..., Any], arguments: dict, options: Any
     ) -> Any:
-        with _keras_private.keras3_multi_worker_fixed():
+        with _keras_private.keras3_strategy_fixed():
             return super().predict(model, method, keras_method, arguments, options)
 
     def evaluates_on_copy(self) -> bool:

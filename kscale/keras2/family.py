@@ -8,6 +8,7 @@ backend. Keras 3's: kscale/keras3/family.py, with the same methods.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import tensorflow as tf
@@ -60,6 +61,10 @@ class Keras2Family:
     # -- under a tf.distribute strategy: tf.keras takes what one process takes ---------------------------------
     def check_strategy_model(self, backend: Any, model: Any) -> None:
         """Nothing to refuse."""
+
+    def strategy_steps(self) -> Any:
+        """Where tf.keras' fit runs under a tf.distribute strategy: as it is."""
+        return contextlib.nullcontext()
 
     def strategy_placed(self, backend: Any, model: Any) -> None:
         """Nothing to do: tf.keras trains a model without call() as it is."""

@@ -80,6 +80,11 @@ class Keras3Family:
                 "(give each a keras.Input, or call it on a batch), or give the model a call()."
             )
 
+    def strategy_steps(self) -> Any:
+        """Where Keras 3's fit and *_on_batch run under a tf.distribute strategy: with kscale's corrections
+        of its TensorFlow trainer (_keras_private.keras3_strategy_fixed)."""
+        return _keras_private.keras3_strategy_fixed()
+
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """Nothing: Keras 3's compile takes metrics made outside the model's strategy."""
 
@@ -204,6 +209,7 @@ class Keras3Family:
         if compile_args is not None and not local.compiled:
             local.compile(**self.fresh_compile_args(compile_args))
         local.set_weights(weights)
+        rebuild.copy_preprocessing_state(model, local)
         return local
 
 

@@ -37,6 +37,7 @@ def rebuild_in(model: Any, owner: Any, weights: list | None = None) -> Any:
                 "get_config() so it returns the __init__ arguments, or " + BUILD_IT_IN_SCOPE + "."
             ) from err
         if not model.built:  # Keras builds it on its first batch, in the scope its fit enters
+            copy_preprocessing_state(model, clone)
             return clone
         if not clone.built:
             build_config = model.get_build_config()
@@ -47,7 +48,39 @@ def rebuild_in(model: Any, owner: Any, weights: list | None = None) -> Any:
                 )
             clone.build_from_config(build_config)
         clone.set_weights(weights)
+        copy_preprocessing_state(model, clone)
     return clone
+
+
+def copy_preprocessing_state(source: Any, copy: Any) -> None:
+    """What `copy`, a clone of `source` given its weights, lacks of its preprocessing layers' adapted state:
+    the vocabularies of the lookup layers (StringLookup, IntegerLookup, TextVectorization; no weight, not
+    in the config: "Table not initialized" at the copy's first step), and the constants Normalization and
+    Discretization compute from their weights when they are loaded (`finalize_state`, as Keras' own
+    loading calls it; set_weights does not)."""
+    for original, cloned in zip(_all_layers(source), _all_layers(copy)):
+        if hasattr(original, "get_vocabulary") and hasattr(cloned, "set_vocabulary"):
+            vocabulary = original.get_vocabulary()
+            if vocabulary and cloned.get_vocabulary() != vocabulary:
+                if getattr(original, "output_mode", None) == "tf_idf":
+                    raise ModelError(
+                        f"layer {original.name!r} is a TF-IDF lookup layer, whose adapted weights kscale "
+                        "cannot copy into the copy of the model it makes. Build the model after `import "
+                        "kscale` (no copy is made then), or pass its vocabulary and idf_weights to the "
+                        "layer's constructor."
+                    )
+                cloned.set_vocabulary(vocabulary)
+        if hasattr(cloned, "finalize_state") and cloned.built:
+            cloned.finalize_state()
+
+
+def _all_layers(model: Any) -> list:
+    """`model`'s layers and those of the models it holds, depth first, in Keras' order."""
+    found = []
+    for layer in getattr(model, "layers", []):
+        found.append(layer)
+        found.extend(_all_layers(layer))
+    return found
 
 
 def fresh_compile_args(args: dict) -> dict:

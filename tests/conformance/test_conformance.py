@@ -40,13 +40,7 @@ WAYS = {
 }
 
 #: (family, way, program): why it fails today. Each must still fail (see the module's docstring).
-KNOWN_BROKEN: dict[tuple[str, str, str], str] = {
-    ("keras3-tf", "mirrored", "structured_data_lookup"): "Keras 3's symbolic build under MirroredStrategy "
-    "reduces the first batch, and the string column cannot be added (AddN); the copy kscale builds in the "
-    "strategy's scope also has empty lookup tables",
-    ("keras3-tf", "multi_worker", "structured_data_lookup"): "'Table not initialized' in the training step: "
-    "Keras 3's lookup tables adapted in MultiWorkerMirroredStrategy's scope (not yet understood)",
-}
+KNOWN_BROKEN: dict[tuple[str, str, str], str] = {}
 
 
 def lane_ways() -> list[str]:

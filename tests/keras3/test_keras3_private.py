@@ -119,10 +119,10 @@ def test_the_keras_3_multi_worker_fixes_hold_only_inside_their_block():
         return trainer.reduce_per_replica, trainer.TensorFlowTrainer._maybe_symbolic_build
 
     keras_own = current()
-    with _keras_private.keras3_multi_worker_fixed():
+    with _keras_private.keras3_strategy_fixed():
         fixed = current()
         assert fixed[0] is not keras_own[0] and fixed[1] is not keras_own[1]
-        with _keras_private.keras3_multi_worker_fixed():  # nested (fit validating): the same fixes
+        with _keras_private.keras3_strategy_fixed():  # nested (fit validating): the same fixes
             assert current() == fixed
         assert current() == fixed
     assert current() == keras_own
@@ -143,7 +143,7 @@ def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeyp
     from kscale.errors import BackendError
 
     monkeypatch.delattr(trainer, "_collective_all_reduce_multi_worker")
-    fixed = _keras_private.keras3_multi_worker_fixed()
+    fixed = _keras_private.keras3_strategy_fixed()
     with pytest.raises(BackendError, match="lacks _collective_all_reduce_multi_worker"), fixed:
         pass
 

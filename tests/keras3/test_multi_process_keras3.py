@@ -49,7 +49,7 @@ def test_several_processes_fail_with_the_fix_not_a_hang(tmp_path):
 
 def test_keras_3_multi_worker_fit_still_needs_kscales_fixes():
     """keras-team/keras#20585 as Keras ships it: without kscale's fixes, fit fails on 2 TF_CONFIG workers.
-    When a Keras release fixes it, this fails: drop keras3_multi_worker_fixed for those releases."""
+    When a Keras release fixes it, this fails: drop keras3_strategy_fixed for those releases."""
     if keras.config.backend() != "tensorflow":  # MultiWorkerMirroredStrategy is TensorFlow's: not here
         import importlib.util
 
