@@ -34,6 +34,13 @@ def set_model_strategy(model: Any, strategy: Any) -> None:
     model._distribution_strategy = strategy
 
 
+def set_keras3_model_strategy(model: Any, strategy: Any) -> None:
+    """Tell a Keras 3 model (TensorFlow backend) built outside `strategy` that it trains in it (its weights
+    all live there): Keras 3 keeps the strategy it was built in as `_distribute_strategy` (read by the
+    public `distribute_strategy`, by fit and evaluate); there is no public setter."""
+    model._distribute_strategy = strategy
+
+
 def unset_models_strategy(strategy: Any, keep: Any) -> None:
     """Every live tf.keras model built in `strategy` (other than `keep`) forgets it, as one built outside.
 
@@ -228,6 +235,36 @@ def _replica_average_while(nn: Any, predicate: Any) -> None:
 
     average._kscale_replica_while = predicate
     nn.compute_average_loss = average
+
+
+@contextlib.contextmanager
+def h5_weights_read_whole(keras: Any) -> Iterator[None]:
+    """tf.keras' `.weights.h5` (and `.keras`) loading with each stored array read into memory first.
+
+    tf.keras' new-format loading (`saving_lib.H5IOStore.get`) hands each object's `load_own_variables` the
+    file's h5py datasets, which `variable.assign` takes, except a variable synchronised on read (a
+    metric's state) under a tf.distribute strategy: it divides the value by the replicas before converting
+    it ("unsupported operand type(s) for /: 'Dataset' and 'int'", with or without kscale). Arrays are what
+    every other variable converts them to. Keras has no public switch; tests/unit/test_keras_private.py
+    fails when an upgrade changes the store.
+    """
+    import importlib
+
+    import numpy as np
+
+    root = keras.losses.Loss.__module__.split(".")[0]  # keras, or tf_keras for TF_USE_LEGACY_KERAS
+    store = importlib.import_module(f"{root}.src.saving.saving_lib").H5IOStore
+    original = store.get
+
+    def get(self: Any, path: str) -> Any:
+        group = original(self, path)
+        return {name: np.asarray(group[name]) for name in group}
+
+    store.get = get
+    try:
+        yield
+    finally:
+        store.get = original
 
 
 #: The keyword Keras' own fit passes to `evaluate` when it validates (both generations): the validation

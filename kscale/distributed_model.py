@@ -488,7 +488,8 @@ def _load_weights(self, *args: Any, **kwargs: Any) -> Any:
     factor restored with it does that when training begins."""
     state = _state(self)
     before = _float_rate(self)
-    result = _keras(self, "load_weights")(*args, **kwargs)
+    with state.backend.loading():
+        result = _keras(self, "load_weights")(*args, **kwargs)
     after = _float_rate(self)
     if state.rate_factor_variable is None and after is not None and after != before:
         self.optimizer.learning_rate = after * state.rate_factor

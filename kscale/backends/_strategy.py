@@ -79,6 +79,9 @@ class StrategyBackend(Backend):
     def keras_steps(self) -> contextlib.AbstractContextManager:
         return self.family.strategy_steps()
 
+    def loading(self) -> contextlib.AbstractContextManager:
+        return self.family.strategy_loading()
+
     # -- the model: variables must live in the strategy's scope ------------------------------------------
     def check_model(self, model: Any) -> None:
         super().check_model(model)
@@ -109,11 +112,11 @@ class StrategyBackend(Backend):
         weights = first_replica_arrays(self.strategy, arrays) if several else None
         return self.rebuild_in(model, self.strategy, weights=weights)
 
-    def evaluation_shard(self, model: Any, shard: Any) -> Any:
-        """This worker's part, evaluated on its copy of the model where the backend evaluates on copies: a
-        model that cannot be copied is stopped here, before fit trains it or evaluate runs."""
-        self.family.check_evaluation_copy(self, model)
-        return shard
+    def evaluate(
+        self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict
+    ) -> dict:
+        with self.keras_steps():  # Keras 3's trainer corrected, as for fit
+            return super().evaluate(model, keras_evaluate, arguments, compile_args)
 
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any

@@ -111,6 +111,10 @@ class Backend(abc.ABC):
         """Where Keras' fit, train_on_batch and test_on_batch run for kscale, each worker feeding its part."""
         return contextlib.nullcontext()
 
+    def loading(self) -> contextlib.AbstractContextManager:
+        """Where Keras' load_weights runs on a distributed model."""
+        return contextlib.nullcontext()
+
     def scope(self) -> contextlib.AbstractContextManager:
         """Context in which models are built for this backend (a strategy scope, or nothing)."""
         return contextlib.nullcontext()

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from kscale import _keras_private
-from kscale.backends._strategy import MultiWorker, sum_over_replicas
+from kscale.backends._strategy import MultiWorker
 from kscale.keras3.family import Keras3Family, Keras3Options
 
 
@@ -20,7 +18,7 @@ class Keras3MultiWorkerBackend(MultiWorker):
     name = "multi_worker"
     Family = Keras3Family
     Options = Keras3Options
-    # Evaluation runs on this process's copy of the model (evaluates_on_copy), fed its whole part.
+    # Evaluation runs on the model itself, fed so that no replica ever gets an empty batch (_uneven_feed)
     uneven_evaluation = True
 
     def predict(
@@ -28,20 +26,3 @@ class Keras3MultiWorkerBackend(MultiWorker):
     ) -> Any:
         with _keras_private.keras3_strategy_fixed():
             return super().predict(model, method, keras_method, arguments, options)
-
-    def evaluates_on_copy(self) -> bool:
-        # Keras 3's evaluate under the strategy takes equal batches from every replica: parts that no
-        # batch divides would lose samples (as under MirroredStrategy, where it fails on them).
-        return True
-
-    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
-        """Each metric state of this worker's copy summed over workers (Keras' default aggregation)."""
-        values = [np.asarray(v.numpy()) for v in variables]
-        sums = sum_over_replicas(self.strategy, values, every=self.replicas_per_worker)
-        return [
-            total / self.num_workers if getattr(v, "aggregation", "sum") == "mean" else total
-            for v, total in zip(variables, sums)
-        ]
-
-    def averaged_numbers(self, values: list[float]) -> list[float]:
-        return [float(v) for v in self.mean_over_workers(np.asarray(values, np.float64))]

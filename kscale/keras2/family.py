@@ -66,11 +66,13 @@ class Keras2Family:
         """Where tf.keras' fit runs under a tf.distribute strategy: as it is."""
         return contextlib.nullcontext()
 
+    def strategy_loading(self) -> Any:
+        """Where tf.keras' load_weights runs under a tf.distribute strategy: the file's arrays read whole
+        (_keras_private.h5_weights_read_whole), which a metric's state synchronised on read needs."""
+        return _keras_private.h5_weights_read_whole(tf.keras)
+
     def strategy_placed(self, backend: Any, model: Any) -> None:
         """Nothing to do: tf.keras trains a model without call() as it is."""
-
-    def check_evaluation_copy(self, backend: Any, model: Any) -> None:
-        """Nothing to refuse: tf.keras backends evaluate on the model itself."""
 
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """The process left `strategy`: the models built in it, but `model`, compile as if built outside."""

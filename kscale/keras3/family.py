@@ -7,6 +7,7 @@ object and hands itself to the methods that need it; tf.keras's: kscale/keras2/f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from typing import Any
@@ -85,34 +86,28 @@ class Keras3Family:
         of its TensorFlow trainer (_keras_private.keras3_strategy_fixed)."""
         return _keras_private.keras3_strategy_fixed()
 
+    def strategy_loading(self) -> Any:
+        """Where Keras 3's load_weights runs under a tf.distribute strategy: as it is."""
+        return contextlib.nullcontext()
+
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """Nothing: Keras 3's compile takes metrics made outside the model's strategy."""
 
     def adopt_into_strategy(self, model: Any, strategy: Any) -> bool:
-        """Never: a Keras 3 model trains in the strategy it was built in (or in a copy built there)."""
-        return False
+        """Whether `model`, built outside `strategy`, has every weight in it, and now trains in it itself:
+        keras.io's Distiller made after its teacher trained holds no weight of its own, only its student
+        and teacher, built in the strategy (after `import kscale`, or distributed before)."""
+        variables = [v.value for v in model.variables]
+        if not variables or not all(strategy.extended.variable_created_in_scope(v) for v in variables):
+            return False
+        _keras_private.set_keras3_model_strategy(model, strategy)
+        return True
 
     def strategy_placed(self, backend: Any, model: Any) -> None:
         """A model without call() whose sub-models are built holds every variable it trains: it is built,
         and says so (Keras' public `built`), so that Keras' trainer does not try to build it by calling it."""
         if _has_no_call(model) and _sub_models_built(model):
             model.built = True
-
-    def check_evaluation_copy(self, backend: Any, model: Any) -> None:
-        """Keras 3 under a strategy evaluates on each process's copy of the model (Keras' own distributed
-        evaluate loses or miscounts samples): a model Keras cannot copy from its config (keras.io's
-        Distiller: its __init__ takes models, no get_config) is stopped before it is evaluated, or before
-        fit trains it when fit validates."""
-        if backend.evaluates_on_copy() and not self.can_copy(backend, model):
-            raise ModelError(
-                f"Keras 3 under a tf.distribute strategy (the {backend.name} backend) evaluates on a copy of "
-                f"the model on each worker, and Keras cannot copy {type(model).__name__} from its config (its "
-                "__init__ takes arguments get_config() does not return). Give it get_config() and "
-                "from_config() (keras.saving.serialize_keras_object / deserialize_keras_object for "
-                "sub-models), train it without validation data and evaluate it as one process, or train it "
-                "with Keras 3 on JAX (KERAS_BACKEND=jax, `kscale run --engine jax`), which evaluates it as "
-                "it is."
-            )
 
     def check_strategy_compile(self, backend: Any, args: dict) -> None:
         """Keras 3's TensorFlow trainer fails under a strategy with steps_per_execution > 1 (deep in its

@@ -171,3 +171,18 @@ def test_tf_keras_is_keras_3_when_tensorflow_decided_so_before_the_legacy_variab
     finally:
         monkeypatch.delenv("TF_USE_LEGACY_KERAS")
         environment.reset()
+
+
+def test_a_keras_3_model_keeps_the_strategy_it_was_built_in_where_kscale_sets_it():
+    if keras.config.backend() != "tensorflow":
+        return  # the guard above shows this lane has no TensorFlow
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["CPU:0"])
+    with strategy.scope():
+        built_inside = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    assert vars(built_inside).get("_distribute_strategy") is strategy
+    outside = keras.Sequential([built_inside])
+    assert vars(outside).get("_distribute_strategy") is None
+    _keras_private.set_keras3_model_strategy(outside, strategy)
+    assert outside.distribute_strategy is strategy

@@ -246,3 +246,26 @@ print("accepted")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused:" in proc.stdout and "already runs on" in proc.stdout and "not on CPU:0" in proc.stdout
     assert "accepted" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_weights_saved_and_loaded_as_keras_3_names_them_under_the_mirrored_strategy(tmp_path):
+    """keras.io's Keras 3 weather example's checkpoint name, `.weights.h5`, in a tf.keras script: tf.keras
+    loads it into a metric's state under MirroredStrategy only with kscale (TypeError without)."""
+    path = tmp_path / "model_checkpoint.weights.h5"
+    proc = run_python(
+        MIRRORED_SCRIPT
+        + f"""
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+model = kscale.distribute(model)
+x = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
+model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0)
+before = model.evaluate(x, x[:, :1], batch_size=4, verbose=0)
+model.save_weights({str(path)!r})
+model.load_weights({str(path)!r})
+print("loaded", model.evaluate(x, x[:, :1], batch_size=4, verbose=0) == before)
+""",
+        KSCALE_BACKEND="mirrored",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "loaded True" in proc.stdout

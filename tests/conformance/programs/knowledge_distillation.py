@@ -11,7 +11,6 @@ from tests.conformance.harness import classes
 
 FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
-EXPECT_ERROR_UNDER = {"keras3-tf/mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 
 
 def distiller_class(job):

@@ -8,7 +8,6 @@ import numpy as np
 
 FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = False  # dropout draws per process
-EXPECT_ERROR_UNDER = {"keras3-tf/mirrored": "ModelError", "keras3-tf/multi_worker": "ModelError"}
 
 VOCAB, MAXLEN = 50, 20
 
