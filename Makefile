@@ -70,7 +70,7 @@ $(LANE_A)/.ready: $(LANE_A)/bin/python setup.cfg pyproject.toml
 	touch $@
 
 $(LANE_B)/.ready: $(LANE_B)/bin/python setup.cfg pyproject.toml
-	$(INSTALL) $(LANE_B)/bin/python -m pip install -q -e ".[tf218,dev,bench]"
+	$(INSTALL) $(LANE_B)/bin/python -m pip install -q -e ".[tf218,dev,bench,ray]"
 	$(call build-horovod,$(LANE_B))
 	touch $@
 
@@ -141,10 +141,11 @@ test-a: venv sshd
 LANE_B_MULTIPROCESS := tests/multiprocess/test_exact_metrics.py tests/multiprocess/test_keras_api.py \
   tests/multiprocess/test_backup_and_restore.py tests/multiprocess/test_equivalence.py
 # Not lane B: `kscale bench --quick` (5 minutes of CI), whose backends and hand-written scripts (tf.keras,
-# Horovod, tf.distribute) lane A benchmarks with the same code.
+# Horovod, tf.distribute) lane A benchmarks with the same code. tests/ray_train: Ray's TensorflowTrainer
+# with a tf.keras program where tf_keras is installed (this lane has it, and Keras 3 beside it).
 test-b: $(LANE_B)/.ready
 	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance \
-	  $(LANE_B_MULTIPROCESS) --deselect tests/stack/test_stack_bench.py
+	  $(LANE_B_MULTIPROCESS) tests/ray_train --deselect tests/stack/test_stack_bench.py
 
 test-jax: $(LANE_JAX)/.ready
 	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
