@@ -673,8 +673,10 @@ def _request(
         shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
     else:
         shard = Shard()
+    on_copy = False
     if evaluation and model is not None:
         shard = backend.evaluation_shard(model, shard)
+        on_copy = backend.evaluates_on_copy() and backend.family.can_copy(backend, model)
     every_sample = policy is DataPolicy.EVERY_SAMPLE and not evaluation
     return FeedRequest(
         per_replica,
@@ -686,6 +688,7 @@ def _request(
         backend.replicas_per_worker,
         every_sample,
         evaluation,
+        on_copy,
     )
 
 

@@ -146,6 +146,9 @@ class FeedRequest:
     every_sample: bool = False
     #: evaluate()'s data (its own or fit's validation data), not training data
     evaluation: bool = False
+    #: evaluated on this process's copy of the model (the backend's `evaluates_on_copy`): fed as one
+    #: process is, not to the backend's replicas
+    on_copy: bool = False
 
     @property
     def per_worker(self) -> int:

@@ -115,8 +115,22 @@ class StrategyBackend(Backend):
     def evaluate(
         self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict
     ) -> dict:
+        """On this process's copy where the backend evaluates on copies (Keras 3) and Keras can copy the
+        model; else on the model itself, in the strategy, every replica fed at least one sample at every
+        step (`_uneven_feed`), the metrics' states summed: tf.keras always, and a Keras 3 model that
+        cannot be copied (keras.io's Distiller)."""
+        if self.evaluates_on_copy() and self.family.can_copy(self, model):
+            return self.family.evaluate_on_copy(self, model, arguments, compile_args)
         with self.keras_steps():  # Keras 3's trainer corrected, as for fit
-            return super().evaluate(model, keras_evaluate, arguments, compile_args)
+            return self.reduce_results(model, keras_evaluate(**arguments))
+
+    def evaluates_whole(self, model: Any) -> bool:
+        return False  # a model that cannot be copied is evaluated in the strategy, on this worker's part
+
+    def evaluation_shard(self, model: Any, shard: Any) -> Any:
+        if self.evaluates_on_copy() and not self.family.can_copy(self, model):
+            self.family.check_evaluation_in_strategy(self, model)
+        return shard
 
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
@@ -155,7 +169,7 @@ class StrategyBackend(Backend):
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
-        if request.evaluation and self.evaluates_on_copy():  # this process's copy: fed as one process is
+        if request.evaluation and request.on_copy:  # this process's copy: fed as one process is
             return super().feed(x, y, sample_weight, request)
         part = tf_data.worker_part(x, y, sample_weight, request)
         if part.kind == "other":
@@ -172,6 +186,9 @@ class StrategyBackend(Backend):
                 "of this worker: no step can run. Use a smaller batch or more data."
             )
         steps, notes = sharding.checked_steps(request.steps, available, request), list(part.notes)
+        if part.kind == "arrays" and 0 < (part.length or 0) % (request.per_replica * per_worker) < per_worker:
+            left = part.length % (request.per_replica * per_worker)
+            notes.append(f"{left} trailing sample(s) per epoch unused: fewer than the {per_worker} replicas")
         if steps is None:
             if available is None:
                 raise sharding.unknown_length(request.what)

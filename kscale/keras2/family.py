@@ -74,6 +74,9 @@ class Keras2Family:
     def strategy_placed(self, backend: Any, model: Any) -> None:
         """Nothing to do: tf.keras trains a model without call() as it is."""
 
+    def check_evaluation_in_strategy(self, backend: Any, model: Any) -> None:
+        """Nothing to refuse: tf.keras weighs every batch's losses by its size."""
+
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """The process left `strategy`: the models built in it, but `model`, compile as if built outside."""
         _keras_private.unset_models_strategy(strategy, keep=model)

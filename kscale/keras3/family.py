@@ -109,6 +109,23 @@ class Keras3Family:
         if _has_no_call(model) and _sub_models_built(model):
             model.built = True
 
+    def check_evaluation_in_strategy(self, backend: Any, model: Any) -> None:
+        """A model Keras cannot copy is evaluated in the strategy, on uneven batches, where Keras 3 reports
+        each output's own loss unweighted by its batch's size (its trace does not know the size): a model
+        of several outputs is stopped before it is evaluated (or before fit trains it, when it
+        validates), rather than report numbers one process would not."""
+        loss = _keras_private.compile_arguments(model).get("loss")
+        several_losses = isinstance(loss, dict | list | tuple) and len(loss) > 1
+        if several_losses or len(getattr(model, "outputs", None) or []) > 1:
+            raise ModelError(
+                f"Keras 3 under a tf.distribute strategy (the {backend.name} backend) evaluates a model "
+                f"exactly on a copy of it, and Keras cannot copy {type(model).__name__} from its config; "
+                "evaluated as it is, the losses of its several outputs would be reported from batches of "
+                "uneven sizes unweighted. Give it get_config() and from_config(), train it without "
+                "validation data and evaluate it as one process, or train it with Keras 3 on JAX "
+                "(KERAS_BACKEND=jax, `kscale run --engine jax`)."
+            )
+
     def check_strategy_compile(self, backend: Any, args: dict) -> None:
         """Keras 3's TensorFlow trainer fails under a strategy with steps_per_execution > 1 (deep in its
         symbolic step: "You must feed a value for placeholder tensor"; Keras 3.15.1, without kscale too)."""

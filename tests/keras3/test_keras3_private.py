@@ -186,3 +186,53 @@ def test_a_keras_3_model_keeps_the_strategy_it_was_built_in_where_kscale_sets_it
     assert vars(outside).get("_distribute_strategy") is None
     _keras_private.set_keras3_model_strategy(outside, strategy)
     assert outside.distribute_strategy is strategy
+
+
+@pytest.mark.timeout(240)
+def test_an_uncopyable_model_with_several_losses_is_stopped_before_a_strategy_evaluates_it():
+    """Keras 3 under a strategy evaluates a model Keras cannot copy in the strategy, where it would weigh
+    each output's own loss of uneven batches alike: with several losses, a ModelError before fit trains."""
+    if keras.config.backend() != "tensorflow":
+        return  # the guard above shows this lane has no TensorFlow
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import keras
+        import kscale
+
+        class TwoHeads(keras.Model):  # __init__ takes a model: Keras cannot copy it from a config
+            def __init__(self, trunk):
+                super().__init__()
+                self.trunk = trunk
+                self.first, self.second = keras.layers.Dense(1), keras.layers.Dense(1)
+
+            def call(self, x):
+                hidden = self.trunk(x)
+                return {"first": self.first(hidden), "second": self.second(hidden)}
+
+        model = TwoHeads(keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)]))
+        model(np.zeros((1, 3), "float32"))
+        model.compile(optimizer="sgd", loss={"first": "mse", "second": "mae"})
+        model = kscale.distribute(model)
+        x = np.zeros((16, 3), "float32")
+        y = {"first": np.zeros((16, 1)), "second": np.zeros((16, 1))}
+        try:
+            model.fit(x, y, batch_size=4, epochs=1, validation_data=(x, y), verbose=0)
+        except kscale.ModelError as err:
+            print("refused:", err, "trained:", int(model.optimizer.iterations.numpy()))
+        """
+    )
+    env = {**__import__("os").environ, "KSCALE_BACKEND": "mirrored", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused:" in done.stdout and "TwoHeads" in done.stdout and "trained: 0" in done.stdout

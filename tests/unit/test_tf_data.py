@@ -378,3 +378,18 @@ def test_with_class_weight_adds_the_weights_keras_would_to_a_dataset_of_batches(
     weighted = tf.data.Dataset.from_tensor_slices((np.zeros((2, 2)), labels[:2], np.array([2.0, 3.0])))
     ((_, _, w),) = with_class_weight(weighted.batch(2), {0: 0.5, 1: 4.0}).as_numpy_iterator()
     np.testing.assert_array_equal(w, [1.0, 12.0])
+
+
+@pytest.mark.parametrize(
+    "samples, last_step",
+    [(72, [4, 4]), (71, [4, 3]), (65, []), (64, [])],
+    ids=["even tail", "odd tail", "fewer than the replicas", "no tail"],
+)
+def test_arrays_cut_in_each_steps_slices_for_the_replicas_the_last_step_too(samples, last_step):
+    """Two replicas at 8: each step is one batch of 16 cut in two, as one process at 16 trains on it; the
+    last step's samples are cut as evenly as they go, and a tail smaller than the replicas is left out."""
+    x = np.arange(samples, dtype=np.float32).reshape(-1, 1)
+    batches = [b.numpy()[:, 0].tolist() for b in arrays_to_dataset((x, None, None), 8, False, replicas=2)]
+    assert [len(b) for b in batches] == [8] * (2 * (samples // 16)) + last_step
+    taken = [v for b in batches for v in b]
+    assert taken == list(range(len(taken)))  # consecutive: step s holds samples 16s .. 16s+15
