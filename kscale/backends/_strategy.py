@@ -188,7 +188,10 @@ class StrategyBackend(Backend):
         steps, notes = sharding.checked_steps(request.steps, available, request), list(part.notes)
         if part.kind == "arrays" and 0 < (part.length or 0) % (request.per_replica * per_worker) < per_worker:
             left = part.length % (request.per_replica * per_worker)
-            notes.append(f"{left} trailing sample(s) per epoch unused: fewer than the {per_worker} replicas")
+            notes.append(
+                f"{left} trailing sample(s) per epoch unused so no replica gets an empty batch (fewer than "
+                f"the {per_worker} replicas)"
+            )
         if steps is None:
             if available is None:
                 raise sharding.unknown_length(request.what)
