@@ -676,7 +676,7 @@ def _request(
     on_copy = False
     if evaluation and model is not None:
         shard = backend.evaluation_shard(model, shard)
-        on_copy = backend.evaluates_on_copy() and backend.family.can_copy(backend, model)
+        on_copy = backend.evaluates_on_copy_of(model)
     every_sample = policy is DataPolicy.EVERY_SAMPLE and not evaluation
     return FeedRequest(
         per_replica,

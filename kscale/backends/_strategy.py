@@ -119,7 +119,7 @@ class StrategyBackend(Backend):
         model; else on the model itself, in the strategy, every replica fed at least one sample at every
         step (`_uneven_feed`), the metrics' states summed: tf.keras always, and a Keras 3 model that
         cannot be copied (keras.io's Distiller)."""
-        if self.evaluates_on_copy() and self.family.can_copy(self, model):
+        if self.evaluates_on_copy_of(model):
             return self.family.evaluate_on_copy(self, model, arguments, compile_args)
         with self.keras_steps():  # Keras 3's trainer corrected, as for fit
             return self.reduce_results(model, keras_evaluate(**arguments))
@@ -128,7 +128,7 @@ class StrategyBackend(Backend):
         return False  # a model that cannot be copied is evaluated in the strategy, on this worker's part
 
     def evaluation_shard(self, model: Any, shard: Any) -> Any:
-        if self.evaluates_on_copy() and not self.family.can_copy(self, model):
+        if self.evaluates_on_copy() and not self.evaluates_on_copy_of(model):
             self.family.check_evaluation_in_strategy(self, model)
         return shard
 

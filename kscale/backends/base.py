@@ -272,7 +272,12 @@ class Backend(abc.ABC):
         """Where evaluation runs on copies: whether this model cannot be copied (its __init__ takes models
         and it has no get_config: keras.io's Distiller, VAE), so every process evaluates all the data on the
         model itself instead, as one process does (exact, each process doing the whole work)."""
-        return self.evaluates_on_copy() and not self.family.can_copy(self, model)
+        return self.evaluates_on_copy() and not self.evaluates_on_copy_of(model)
+
+    def evaluates_on_copy_of(self, model: Any) -> bool:
+        """Whether evaluate() runs on this process's copy of `model`: the backend evaluates on copies, and
+        Keras can copy this model (tried once per model)."""
+        return self.evaluates_on_copy() and self.family.can_copy(self, model)
 
     def evaluation_shard(self, model: Any, shard: Any) -> Any:
         """The part of evaluation data this worker is fed: all of it where the model `evaluates_whole`."""
