@@ -1,9 +1,11 @@
 """This worker's part of the data: equal shards for training, so every worker runs the same number of steps.
 
-The rule for training: cut the data into N equal parts (dropping at most N-1 trailing samples or
-batches), give part r to worker r. Equal parts mean equal step counts, so a collective never waits
-for a worker that has run out of data. Worker r takes every N-th element starting at r: at each step
-the N workers together see exactly the samples one process would see with an N-times larger batch.
+The rule for training: cut the data into N equal parts (dropping at most N-1 trailing samples), give
+part r to worker r. Equal parts mean equal step counts, so a collective never waits for a worker that
+has run out of data. Worker r takes every N-th element starting at r: at each step the N workers
+together see exactly the samples one process would see with an N-times larger batch. Of a dataset of
+batches, the last step's batches are joined and cut in equal parts (`last_step`), as one process at the
+global batch takes them in its last step.
 
 Evaluation on backends without a collective per step (`Shard.even=False`) drops nothing: worker r
 takes every N-th element from r to the end, and the metric states are summed over workers afterwards.
@@ -201,7 +203,9 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
         steps = checked_steps(steps, known, request)
         if steps is None and part.length is None and request.shard.count > 1 and request.shard.even:
             raise unknown_length(request.what)
-        return Feed(part.x, notes=part.notes, steps=steps, epoch_steps=steps or known)
+        # A BatchShard orders its steps alike on every worker: Keras' shuffle would reorder each one's own
+        shuffle = False if isinstance(part.x, BatchShard) else None
+        return Feed(part.x, notes=part.notes, steps=steps, epoch_steps=steps or known, shuffle=shuffle)
     return Feed(part.x, part.y, part.sample_weight, steps=steps, notes=part.notes)
 
 
@@ -241,6 +245,23 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
     x, y, sample_weight = (shard_arrays(a, shard, total) for a in (x, y, sample_weight))
     longest, shortest = longest_and_shortest(total, shard)
     return WorkerPart("arrays", x, y, sample_weight, part_length(total, shard), longest, shortest, notes)
+
+
+def last_step(batches: int, replicas: int) -> tuple[int, int]:
+    """(batches before the last step, batches of the last step) when each step takes one batch per replica.
+
+    One process at the global batch (`replicas` times the batch) trains, in its last step, on the samples
+    of exactly those last batches: shared evenly by the replicas they are that step, where one batch per
+    replica would average a short batch's mean with full ones, or leave trailing batches unused."""
+    steps = math.ceil(batches / replicas)
+    return (steps - 1) * replicas, batches - (steps - 1) * replicas
+
+
+def last_step_note(what: str, tail: int, replicas: int) -> str:
+    return (
+        f"the {what}'s last step: its {tail} batch(es) joined and cut in {replicas} equal parts, as one "
+        f"process at the global batch trains on them (a remainder of fewer than {replicas} samples unused)"
+    )
 
 
 def longest_and_shortest(total: int, shard: Shard) -> tuple[int, int]:
@@ -290,13 +311,20 @@ def no_separate_targets(y: Any, sample_weight: Any, kind: str) -> None:
 
 class BatchShard:
     """A dataset of batches (a Keras Sequence or PyDataset) restricted to batches r, r+N, ...: every worker
-    gets len(batches) // N of them. A mixin: each Keras family binds it to its own dataset base class."""
+    gets as many of them. The last step's batches are joined and cut in equal parts, `items_per_worker`
+    for each worker (one per replica where a strategy pulls one batch per replica), where each part gets a
+    sample; otherwise the trailing batches stay unused. A mixin: each Keras family binds it to its own
+    dataset base class.
+
+    With `shuffle` (fit's, which Keras applies to the order of a dataset's batches by drawing from each
+    process's own `random`: the workers' steps would pair other batches), the steps are taken in an order
+    that depends only on the epoch, the same on every worker, and Keras is told not to shuffle."""
 
     #: What the user passed, as the messages name it: in "the {noun} has 1 batch(es)", and its type.
     noun = "dataset"
     type_name = "a dataset"
 
-    def __init__(self, batches: Any, shard: Shard):
+    def __init__(self, batches: Any, shard: Shard, items_per_worker: int = 1, shuffle: bool = False):
         super().__init__()
         if len(batches) < shard.count:
             raise DataError(
@@ -305,17 +333,74 @@ class BatchShard:
             )
         self.batches = batches
         self.shard = shard
+        self.items_per_worker = items_per_worker
+        self.parts = shard.count * items_per_worker
+        self.head, self.tail = last_step(len(batches), self.parts)
+        self.shares_last_step = shard.even and self.parts > 1 and self._last_step_samples() >= self.parts
+        self._joined: Any = None
+        self.shuffle = shuffle
+        self.epoch = 0
+        self._steps = self._step_order()
+
+    def _step_order(self) -> np.ndarray:
+        steps, partial = divmod(len(self), self.items_per_worker)  # a partial step is never taken
+        order = np.arange(steps + bool(partial))
+        if self.shuffle:  # the same on every worker
+            order[:steps] = np.random.default_rng([0, self.epoch]).permutation(steps)
+        return order
+
+    def _last_step_samples(self) -> int:
+        """At least this many samples in the last step (read only where fewer batches than parts)."""
+        if self.tail >= self.parts:
+            return self.tail  # no batch is empty
+        return sum(_rows(self.batches[i]) for i in range(self.head, len(self.batches)))
 
     def __len__(self) -> int:
+        if self.shares_last_step:
+            return (self.head // self.parts + 1) * self.items_per_worker
         return part_length(len(self.batches), self.shard)
 
     def __getitem__(self, index: int) -> Any:
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} out of range for a shard of {len(self)} batches")
-        return self.batches[index * self.shard.count + self.shard.index]
+        step, item = divmod(index, self.items_per_worker)
+        index = int(self._steps[step]) * self.items_per_worker + item
+        position = index * self.shard.count + self.shard.index
+        if not self.shares_last_step or position < self.head:
+            return self.batches[position]
+        if self._joined is None:  # once per epoch: the last step's batches, one after the other
+            self._joined = _joined([self.batches[i] for i in range(self.head, len(self.batches))])
+        each = _rows(self._joined) // self.parts
+        start = (self.shard.index * self.items_per_worker + index % self.items_per_worker) * each
+        return map_structure(lambda a: None if a is None else a[start : start + each], self._joined)
 
     def on_epoch_end(self) -> None:
+        self._joined = None
+        self.epoch += 1
+        self._steps = self._step_order()
         self.batches.on_epoch_end()
+
+
+def _leaves_in_order(structure: Any) -> list[Any]:
+    """The leaves of `structure` in the order map_structure visits them."""
+    leaves: list[Any] = []
+    map_structure(leaves.append, structure)
+    return leaves
+
+
+def _rows(batch: Any) -> int:
+    """The samples in a batch (its first array's first dimension; 0 for what is no batch of arrays)."""
+    shape = np.shape(next((leaf for leaf in _leaves_in_order(batch) if leaf is not None), 0))
+    return int(shape[0]) if shape else 0
+
+
+def _joined(batches: list[Any]) -> Any:
+    """Batches of one structure as one batch: each leaf's rows, batch after batch."""
+    columns = list(zip(*(_leaves_in_order(batch) for batch in batches), strict=True))
+    joined = iter(
+        None if column[0] is None else np.concatenate([np.asarray(a) for a in column]) for column in columns
+    )
+    return map_structure(lambda _: next(joined), batches[0])
 
 
 class EverySampleBatches:
@@ -415,15 +500,26 @@ def every_sample_part(
 
 
 def batches_part(
-    x: Any, y: Any, sample_weight: Any, request: FeedRequest, shard_class: type[BatchShard]
+    x: Any,
+    y: Any,
+    sample_weight: Any,
+    request: FeedRequest,
+    shard_class: type[BatchShard],
+    items_per_worker: int = 1,
 ) -> WorkerPart:
-    """This worker's equal share of a dataset of batches (`shard_class` cuts it for its Keras)."""
+    """This worker's equal share of a dataset of batches (`shard_class` cuts it for its Keras), taken
+    `items_per_worker` batches a step."""
     shard = request.shard
     no_separate_targets(y, sample_weight, shard_class.type_name)
+    parts = shard.count * items_per_worker
+    if parts == 1:
+        return WorkerPart("sequence", x, length=len(x), longest=len(x), shortest=len(x))
+    batches = shard_class(x, shard, items_per_worker, request.shuffle and not request.evaluation)
     notes = []
-    if len(x) % shard.count and shard.even:
+    if batches.shares_last_step:  # the batches' sizes are not known without reading them all
+        notes.append(last_step_note(request.what, batches.tail, parts))
+    elif len(x) % shard.count and shard.even:
         notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
-    batches = shard_class(x, shard) if shard.count > 1 else x
     longest, shortest = longest_and_shortest(len(x), shard)
     return WorkerPart(
         "sequence", batches, length=len(batches), notes=notes, longest=longest, shortest=shortest

@@ -21,6 +21,8 @@ from kscale.sharding import (
     batches_part,
     every_sample_part,
     is_array_data,
+    last_step,
+    last_step_note,
     longest_and_shortest,
     map_structure,
     no_separate_targets,
@@ -59,25 +61,98 @@ def dataset_batches(dataset: tf.data.Dataset) -> int | None:
     return cardinality
 
 
-def shard_dataset(dataset: tf.data.Dataset, shard: Shard, what: str = "training dataset") -> tf.data.Dataset:
-    """Element r, r+N, r+2N, ... of a batched dataset, cut so every worker has the same count.
+def shard_dataset(
+    dataset: tf.data.Dataset, shard: Shard, what: str = "training dataset", items_per_worker: int = 1
+) -> tf.data.Dataset:
+    """Element r, r+N, r+2N, ... of a batched dataset, cut so every worker has the same count; the last
+    step's batches shared evenly (`items_per_worker` parts for each worker: one per replica where a
+    strategy pulls a batch per replica) where that is sure to give each part a sample
+    (`shares_last_step`), as one process at the global batch trains on them.
 
     A dataset of unknown length cannot be cut evenly: sharding it could leave one worker a batch
     short, and the others would wait for it forever at the next allreduce. Such datasets need
     `steps_per_epoch` (then every worker runs exactly that many steps) or a known cardinality.
     """
+    batches = dataset_batches(dataset)
+    if shard.count > 1 and batches is not None and 0 <= batches < shard.count:
+        raise DataError(
+            f"the {what} has {batches} batch(es), fewer than the {shard.count} workers: some worker "
+            f"would get no step. Use a smaller batch or more data (at least {shard.count} batches)."
+        )
+    if shard.even and shares_last_step(dataset, batches, shard.count * items_per_worker):
+        return _last_step_shared(dataset, batches, shard, items_per_worker)
     if shard.count == 1:
         return dataset
-    batches = dataset_batches(dataset)
-    if batches is not None and batches >= 0:
-        if batches < shard.count:
-            raise DataError(
-                f"the {what} has {batches} batch(es), fewer than the {shard.count} workers: some worker "
-                f"would get no step. Use a smaller batch or more data (at least {shard.count} batches)."
-            )
-        if shard.even:
-            dataset = dataset.take((batches // shard.count) * shard.count)
+    if batches is not None and batches >= 0 and shard.even:
+        dataset = dataset.take((batches // shard.count) * shard.count)
     return dataset.shard(shard.count, shard.index)
+
+
+def shares_last_step(dataset: tf.data.Dataset, batches: int | None, replicas: int) -> bool:
+    """Whether the last step's batches are to be cut in `replicas` equal slices: dense batches of a size
+    known only when read (`batch()` keeps the remainder as a short last batch, which one process at the
+    global batch also trains on), and as many batches as replicas, so that none is empty. A static batch
+    size is `drop_remainder=True`'s: one process at the global batch would drop the trailing batches too,
+    and they stay unused (as do fewer batches than replicas, whose samples are not known to suffice)."""
+    specs = tf.nest.flatten(dataset.element_spec)
+    if replicas < 2 or batches is None or batches < 1:
+        return False
+    if not all(isinstance(s, tf.TensorSpec) and s.shape.rank for s in specs):
+        return False
+    return None in {s.shape[0] for s in specs} and last_step(batches, replicas)[1] >= replicas
+
+
+def _last_step_shared(
+    dataset: tf.data.Dataset, batches: int, shard: Shard, items_per_worker: int
+) -> tf.data.Dataset:
+    """This worker's batches of the first steps (r, r+N, ...), then its replicas' equal slices of the last
+    step's samples: one pass over the dataset (a second one, through skip(), would run its map functions
+    again), the last step's batches joined as they arrive."""
+    replicas = shard.count * items_per_worker
+    head, _ = last_step(batches, replicas)
+    empty = tf.nest.map_structure(
+        lambda s: tf.zeros([0, *(d or 0 for d in s.shape[1:])], s.dtype), dataset.element_spec
+    )
+
+    def join(joined: Any, item: tuple) -> tuple:
+        index, element = item
+        first, last = tf.equal(index, head), tf.equal(index, batches - 1)
+        joined = tf.nest.map_structure(
+            lambda j, e: tf.cond(
+                index < head, lambda: j, lambda: tf.cond(first, lambda: e, lambda: tf.concat([j, e], 0))
+            ),
+            joined,
+            element,
+        )
+        mine = tf.logical_and(index < head, tf.equal(index % shard.count, shard.index))
+        out = tf.nest.map_structure(lambda j, e: tf.cond(last, lambda: j, lambda: e), joined, element)
+        return joined, (tf.logical_or(mine, last), last, out)
+
+    def as_rows(keep: tf.Tensor, last: tf.Tensor, element: Any) -> Any:
+        def slices() -> Any:
+            samples = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
+            check = tf.debugging.assert_greater_equal(
+                samples,
+                tf.constant(replicas, tf.int64),
+                message=f"kscale: the last step has fewer samples than the {replicas} replicas",
+            )
+            with tf.control_dependencies([check]):
+                each = samples // replicas
+            first = shard.index * items_per_worker
+            return tf.nest.map_structure(
+                lambda t: tf.reshape(
+                    t[: each * replicas], tf.concat([[replicas, each], tf.shape(t, out_type=tf.int64)[1:]], 0)
+                )[first : first + items_per_worker],
+                element,
+            )
+
+        return tf.cond(last, slices, lambda: tf.nest.map_structure(lambda t: t[None], element))
+
+    shared = (
+        dataset.enumerate().scan(empty, join).filter(lambda keep, last, element: keep).map(as_rows).unbatch()
+    )
+    steps = head // replicas + 1
+    return shared.apply(tf.data.experimental.assert_cardinality(steps * items_per_worker))
 
 
 # Datasets that read files: TensorFlow's file readers, and the reader inside TFRecordDataset(list).
@@ -224,9 +299,14 @@ def steps_for(batches: int | None, replicas_per_step: int) -> int | None:
     return batches // replicas_per_step
 
 
-def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
-    """Cut the user's data (numpy arrays, tf.data.Dataset, keras Sequence) to this worker's equal part."""
+def worker_part(
+    x: Any, y: Any, sample_weight: Any, request: FeedRequest, replicas_per_item: int = 1
+) -> WorkerPart:
+    """Cut the user's data (numpy arrays, tf.data.Dataset, keras Sequence) to this worker's equal part, in
+    batches of `replicas_per_item` replicas each (1 where a strategy pulls one batch per replica; all of
+    the worker's where Keras takes the worker's whole batch)."""
     shard, what = request.shard, request.what
+    items = max(1, request.replicas_per_worker // replicas_per_item)
     if request.every_sample:  # one replica's batch per item: strategies pull one per replica
         return every_sample_part(x, y, sample_weight, request, EverySampleSequence, replicas_per_item=1)
     if is_array_data(x):
@@ -284,11 +364,14 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
             notes.append(
                 f"input sharded by batch ({reason}): every worker reads all of it, keeps 1/{shard.count}"
             )
-        if batches and batches > 0 and batches % shard.count and shard.even:
+        replicas = shard.count * items
+        if batches and batches > 0 and shard.even and shares_last_step(x, batches, replicas):
+            notes.append(last_step_note(what, last_step(batches, replicas)[1], replicas))
+        elif batches and batches > 0 and batches % shard.count and shard.even:
             notes.append(
                 f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"
             )
-        sharded = shard_dataset(x, shard, what)
+        sharded = shard_dataset(x, shard, what, items)
         longest, shortest = (None, None) if endless else longest_and_shortest(batches, shard)
         return WorkerPart(
             "dataset",
@@ -299,7 +382,7 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Wor
             shortest=shortest,
         )
     if isinstance(x, tf.keras.utils.Sequence):
-        return batches_part(x, y, sample_weight, request, ShardedSequence)
+        return batches_part(x, y, sample_weight, request, ShardedSequence, items)
     return other_part(x, y, sample_weight, request)
 
 

@@ -30,7 +30,8 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
     if tf is not None and isinstance(x, tf.data.Dataset):  # the user's dataset: TensorFlow is imported
         from kscale import tf_data
 
-        return tf_data.worker_part(x, y, sample_weight, request)
+        # Keras 3 takes the worker's whole batch and spreads it over the worker's devices
+        return tf_data.worker_part(x, y, sample_weight, request, request.replicas_per_worker)
     return sharding.other_part(x, y, sample_weight, request)
 
 

@@ -45,7 +45,9 @@ def worker_part(
         )
     batches = ShardedBatchSampler(_same_order_everywhere(loader.batch_sampler), shard)
     notes = []
-    if total % shard.count and shard.even:
+    if batches.shares_last_step:
+        notes.append(sharding.last_step_note(request.what, batches.tail, shard.count))
+    elif total % shard.count and shard.even:
         notes.append(f"{total % shard.count} trailing batch(es) of {total} unused so processes stay even")
     longest, shortest = sharding.longest_and_shortest(total, shard)
     part = _loader_with(loader, batches)
@@ -55,22 +57,48 @@ def worker_part(
 
 
 class ShardedBatchSampler(torch.utils.data.Sampler):
-    """The batches r, r+N, ... of `batch_sampler` (N processes, this one r), as many on every process."""
+    """The batches r, r+N, ... of `batch_sampler` (N processes, this one r), as many on every process. The
+    last step's batches are joined and cut in N equal index lists, as one process at the global batch
+    trains on their samples, where the sampler's sizes give each process one; otherwise they stay
+    unused."""
 
     def __init__(self, batch_sampler: Any, shard: sharding.Shard):
         self.batch_sampler = batch_sampler
         self.shard = shard
+        self.head, self.tail = sharding.last_step(len(batch_sampler), shard.count)
+        self.shares_last_step = (
+            shard.even and shard.count > 1 and _last_step_samples(batch_sampler, self.tail) >= shard.count
+        )
 
     def __len__(self) -> int:
+        if self.shares_last_step:
+            return self.head // self.shard.count + 1
         return sharding.part_length(len(self.batch_sampler), self.shard)
 
     def __iter__(self) -> Any:
         wanted, count, index = len(self), self.shard.count, self.shard.index
+        joined: list = []
         for position, batch in enumerate(self.batch_sampler):
-            if position // count >= wanted:
+            if self.shares_last_step and position >= self.head:
+                joined.extend(batch)
+            elif position // count >= wanted:
                 return
-            if position % count == index:
+            elif position % count == index:
                 yield batch
+        if joined:
+            each = len(joined) // count
+            yield joined[index * each : (index + 1) * each]
+
+
+def _last_step_samples(batch_sampler: Any, tail: int) -> int:
+    """How many samples the last `tail` batches hold, to be shared: a BatchSampler's sizes say it (none
+    with drop_last, whose trailing batches one process at the global batch drops as well); any other
+    sampler holds at least one in each batch."""
+    if not isinstance(batch_sampler, torch.utils.data.BatchSampler):
+        return tail
+    if batch_sampler.drop_last:
+        return 0
+    return len(batch_sampler.sampler) - (len(batch_sampler) - tail) * batch_sampler.batch_size
 
 
 class _EpochSeededRandomSampler(torch.utils.data.RandomSampler):

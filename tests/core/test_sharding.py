@@ -13,6 +13,7 @@ from kscale.sharding import (
     EverySampleBatches,
     FeedRequest,
     Shard,
+    WorkerPart,
     array_part,
     every_sample_part,
     flatten,
@@ -97,6 +98,63 @@ def test_uneven_batch_shard_keeps_the_trailing_batches():
     parts = [Batches(list(range(7)), Shard(r, 3, even=False)) for r in range(3)]
     assert [[part[i] for i in range(len(part))] for part in parts] == [[0, 3, 6], [1, 4], [2, 5]]
     assert [len(Batches(list(range(7)), Shard(r, 3))) for r in range(3)] == [2, 2, 2]
+
+
+class _DictBatches:
+    """Batches of a dict input and a target: batch i holds samples i*size ... (the last one short)."""
+
+    def __init__(self, total, size):
+        self.total, self.size = total, size
+
+    def __len__(self):
+        return -(-self.total // self.size)
+
+    def __getitem__(self, i):
+        rows = np.arange(i * self.size, min(self.total, (i + 1) * self.size))
+        return {"b": rows * 10, "a": rows}, rows
+
+    def on_epoch_end(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    "total, workers, items, last",
+    [
+        (38, 2, 1, [[32, 33, 34], [35, 36, 37]]),  # 16, 16, 6: the 6 shared, as one process's last step
+        (22, 2, 1, [[*range(11)], [*range(11, 22)]]),  # 16 + 6: 11 each, not a mean of 16 and of 6
+        (54, 1, 2, [[*range(32, 43)], [*range(43, 54)]]),  # one worker of two replicas: 16 + 6 -> 11, 11
+        (33, 2, 1, None),  # 16, 16, 1: one sample cannot go to two workers, the batch stays unused
+    ],
+)
+def test_batch_shard_shares_the_last_step_evenly(total, workers, items, last):
+    class Batches(BatchShard):
+        pass
+
+    parts = [Batches(_DictBatches(total, 16), Shard(r, workers), items) for r in range(workers)]
+    slices = [part[i][1].tolist() for part in parts for i in range(len(part) - items, len(part))]
+    if last is None:
+        assert not parts[0].shares_last_step and len(parts[0]) == 1
+        return
+    assert slices == last
+    x, y = parts[-1][len(parts[-1]) - 1]
+    assert list(x) == ["b", "a"] and x["b"].tolist() == [10 * v for v in y.tolist()]  # structure kept
+
+
+def test_batch_shard_shuffles_its_steps_alike_on_every_worker_and_anew_each_epoch():
+    class Batches(BatchShard):
+        pass
+
+    def steps(part):  # the first sample of each item: which global step it came from
+        return [int(part[i][1][0]) // 32 for i in range(len(part))]
+
+    parts = [Batches(_DictBatches(320, 16), Shard(r, 2), shuffle=True) for r in range(2)]
+    first = [steps(part) for part in parts]
+    assert first[0] == first[1] and sorted(first[0]) == list(range(10)) and first[0] != list(range(10))
+    for part in parts:
+        part.on_epoch_end()
+    assert steps(parts[0]) == steps(parts[1]) != first[0]
+    feed = one_process_feed(WorkerPart("sequence", parts[0], length=len(parts[0])), request())
+    assert feed.shuffle is False  # Keras would shuffle each worker's batches with its own `random`
 
 
 def _every_sample_batches(workers, index, total=101, per_replica=8, replicas_per_worker=1, per_item=1):

@@ -16,6 +16,7 @@ from kscale.tf_data import (
     dataset_batches,
     sequence_to_dataset,
     shard_dataset,
+    shares_last_step,
 )
 
 
@@ -153,6 +154,45 @@ def test_shard_dataset_truncates_uneven_batch_counts():
     assert [dataset_batches(s) for s in shards] == [2, 2]
 
 
+def test_shard_dataset_shares_a_short_last_batch_evenly():
+    # batch() keeps the remainder: one process at the global batch trains on it in its last step
+    short = tf.data.Dataset.range(22).batch(16)  # 16 + 6: 11 each, as one process's batch of 22
+    assert [first_values(shard_dataset(short, Shard(r, 2))) for r in range(2)] == [
+        [list(range(11))],
+        [list(range(11, 22))],
+    ]
+    # 4 replicas (2 workers of 2): 16, 16, 16, 6 -> 13 each (54 // 4; 2 samples unused)
+    worker = shard_dataset(tf.data.Dataset.range(54).batch(16), Shard(1, 2), items_per_worker=2)
+    assert first_values(worker) == [list(range(26, 39)), list(range(39, 52))]
+    assert dataset_batches(worker) == 2
+
+
+def test_shard_dataset_leaves_trailing_batches_it_cannot_share():
+    odd = tf.data.Dataset.range(38).batch(16)  # 16, 16, 6: the 6 might be 1, fewer than 2 workers
+    assert not shares_last_step(odd, 3, 2)
+    assert [first_values(shard_dataset(odd, Shard(r, 2))) for r in range(2)] == [
+        [list(range(16))],
+        [list(range(16, 32))],
+    ]
+    # drop_remainder=True: one process at the global batch (8) drops the fifth batch of 4 as well
+    static = tf.data.Dataset.range(20).batch(4, drop_remainder=True)
+    assert not shares_last_step(static, 5, 2)
+    assert [dataset_batches(shard_dataset(static, Shard(r, 2))) for r in range(2)] == [2, 2]
+
+
+def test_shard_dataset_reads_the_data_once():
+    calls = tf.Variable(0, dtype=tf.int64)
+
+    def counted(batch):
+        calls.assign_add(1)
+        return batch
+
+    dataset = tf.data.Dataset.range(120).batch(16).map(counted)  # 8 batches: 7 of 16, then 8
+    for _ in shard_dataset(dataset, Shard(0, 2), items_per_worker=2):
+        pass
+    assert int(calls.numpy()) == 8  # not 4 more, as skip() would read the first 4 again
+
+
 def test_shard_dataset_with_fewer_batches_than_workers():
     dataset = tf.data.Dataset.range(3).batch(2)
     with pytest.raises(DataError) as err:
@@ -204,11 +244,13 @@ def test_arrays_to_dataset_full_batches_have_a_static_size():
 def test_sharded_sequence_lengths_and_items():
     sequence = Batches(5)
     shards = [ShardedSequence(sequence, Shard(r, 2)) for r in range(2)]
-    assert [len(s) for s in shards] == [2, 2]
-    assert [int(shards[0][i][0][0, 0]) for i in range(2)] == [0, 2]
-    assert [int(shards[1][i][0][0, 0]) for i in range(2)] == [1, 3]
+    assert [len(s) for s in shards] == [3, 3]
+    assert [int(shards[0][i][0][0, 0]) for i in range(3)] == [0, 2, 4]
+    assert [int(shards[1][i][0][0, 0]) for i in range(3)] == [1, 3, 4]
+    # the fifth batch is the last step: its two samples, one for each worker
+    assert [len(shard[2][0]) for shard in shards] == [1, 1]
     with pytest.raises(IndexError):
-        shards[1][2]
+        shards[1][3]
     shards[0].on_epoch_end()
     assert sequence.epochs_ended == 1
 
