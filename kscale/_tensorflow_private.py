@@ -1,7 +1,8 @@
-"""The one private TensorFlow state kscale reads (tf.keras' lazy loader), with the reason no public one serves.
+"""The private TensorFlow state kscale reads (tf.keras' lazy loader; the arguments of a tf.data `batch()`),
+with the reason no public one serves.
 
-tests/unit/test_tensorflow_private.py checks it on the installed TensorFlow, so an upgrade that renames
-it fails there, loudly.
+tests/unit/test_tensorflow_private.py (tf.keras lanes) and tests/keras3/test_keras3_private.py (Keras 3 on
+TensorFlow) check them on the installed TensorFlow, so an upgrade that renames one fails there, loudly.
 """
 
 from __future__ import annotations
@@ -29,3 +30,40 @@ def tf_keras_decided(tf: Any) -> str | None:
     if name.startswith("tf_keras"):
         return "tf_keras"
     return "keras_3" if name.startswith("keras._tf_keras") else "keras_2"
+
+
+#: tf.data datasets that pass each of their input's elements on whole and in order: the batches of a
+#: batch() under them are the dataset's batches.
+_KEEPS_BATCHES = frozenset(
+    {
+        "_MapDataset",
+        "_ParallelMapDataset",
+        "_PrefetchDataset",
+        "_OptionsDataset",
+        "CacheDataset",
+        "_AssertCardinalityDataset",
+    }
+)
+_BATCH = frozenset({"_BatchDataset", "_ParallelBatchDataset"})
+
+
+def batched_samples(dataset: Any) -> tuple[int, int] | None:
+    """(batch size, samples batched) of the `batch()` without drop_remainder whose batches `dataset`
+    yields, through maps, prefetch, cache and options; None for any other dataset, or where either is
+    unknown.
+
+    Whether a dataset's last step holds a sample for every replica depends on its last batch's size,
+    which tf.data tells only by reading the whole dataset once (skip() runs every map function before
+    it). The Python dataset objects keep their input (`_input_dataset`) and batch()'s arguments
+    (`_batch_size`, `_drop_remainder`); its input's cardinality is public.
+    """
+    while type(dataset).__name__ in _KEEPS_BATCHES:
+        dataset = getattr(dataset, "_input_dataset", None)
+    if type(dataset).__name__ not in _BATCH:
+        return None
+    try:
+        size, drop = int(dataset._batch_size), bool(dataset._drop_remainder)
+        samples = int(dataset._input_dataset.cardinality())
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return None if drop or size < 1 or samples < 0 else (size, samples)

@@ -4,12 +4,14 @@ tf.data inputs on TensorFlow)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from kscale._tensorflow_private import batched_samples
 from kscale.errors import DataError
 from kscale.sharding import (
     BatchShard,
@@ -91,15 +93,24 @@ def shard_dataset(
 def shares_last_step(dataset: tf.data.Dataset, batches: int | None, replicas: int) -> bool:
     """Whether the last step's batches are to be cut in `replicas` equal slices: dense batches of a size
     known only when read (`batch()` keeps the remainder as a short last batch, which one process at the
-    global batch also trains on), and as many batches as replicas, so that none is empty. A static batch
-    size is `drop_remainder=True`'s: one process at the global batch would drop the trailing batches too,
-    and they stay unused (as do fewer batches than replicas, whose samples are not known to suffice)."""
+    global batch also trains on), none empty: as many batches as replicas, or fewer whose samples, known
+    from the `batch()` they come from, suffice. A static batch size is `drop_remainder=True`'s: one
+    process at the global batch would drop the trailing batches too, and they stay unused."""
     specs = tf.nest.flatten(dataset.element_spec)
     if replicas < 2 or batches is None or batches < 1:
         return False
     if not all(isinstance(s, tf.TensorSpec) and s.shape.rank for s in specs):
         return False
-    return None in {s.shape[0] for s in specs} and last_step(batches, replicas)[1] >= replicas
+    if None not in {s.shape[0] for s in specs}:
+        return False
+    tail = last_step(batches, replicas)[1]
+    if tail >= replicas:
+        return True
+    batched = batched_samples(dataset)
+    if batched is None or math.ceil(batched[1] / batched[0]) != batches:
+        return False
+    size, samples = batched
+    return samples - (batches - tail) * size >= replicas
 
 
 def _last_step_shared(

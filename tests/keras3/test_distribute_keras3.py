@@ -184,8 +184,10 @@ def test_a_pydataset_is_cut_into_equal_shards(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(), worker_index=1)
     distributed.fit(Batches(7), verbose=0)
     plan = distributed.kscale_plan
-    assert plan.steps_per_epoch_after == 3 and plan.notes == (
-        "1 trailing batch(es) of 7 unused so workers stay even",
+    # 3 steps of two batches, then the seventh batch's two samples, one for each worker
+    assert plan.steps_per_epoch_after == 4 and plan.notes == (
+        "the training data's last step: its 1 batch(es) joined and cut in 2 equal parts, as one process at "
+        "the global batch trains on them (a remainder of fewer than 2 samples unused)",
     )
     with pytest.raises(DataError, match="fewer than the 2 workers"):
         distributed.fit(Batches(1), verbose=0)

@@ -236,3 +236,16 @@ def test_an_uncopyable_model_with_several_losses_is_stopped_before_a_strategy_ev
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "refused:" in done.stdout and "TwoHeads" in done.stdout and "trained: 0" in done.stdout
+
+
+def test_a_batched_dataset_says_its_batch_size_and_samples_on_keras_3s_tensorflow():
+    import importlib.util
+
+    if keras.config.backend() != "tensorflow":  # tf.data is TensorFlow's: not in this lane
+        assert importlib.util.find_spec("tensorflow") is None
+        return
+    import tensorflow as tf
+
+    from tests.unit.test_tensorflow_private import assert_batched_samples_readable
+
+    assert_batched_samples_readable(tf)

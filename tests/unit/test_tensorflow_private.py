@@ -16,3 +16,19 @@ def test_tensorflow_says_which_keras_tf_keras_became_once_it_is_used():
         assert decided in ("tf_keras", "keras_3"), "TensorFlow renamed its Keras loader's state"
         assert (decided == "tf_keras") == tf.keras.__name__.startswith("tf_keras")
     assert frameworks.tf_keras_is_keras_2()  # lanes A and B train tf.keras
+
+
+def test_a_batched_dataset_says_its_batch_size_and_samples_through_maps_and_prefetch():
+    assert_batched_samples_readable(tf)
+
+
+def assert_batched_samples_readable(tf) -> None:
+    """What kscale reads of a tf.data batch() (also run by tests/keras3 on Keras 3's TensorFlow)."""
+    base = tf.data.Dataset.range(38)
+    batched = base.batch(16).map(lambda b: b + 1).prefetch(2).cache()
+    assert _tensorflow_private.batched_samples(batched) == (16, 38), "tf.data renamed batch()'s state"
+    parallel = base.batch(16, num_parallel_calls=2).with_options(tf.data.Options())
+    assert _tensorflow_private.batched_samples(parallel) == (16, 38)
+    assert _tensorflow_private.batched_samples(base.batch(16, drop_remainder=True)) is None
+    assert _tensorflow_private.batched_samples(base.batch(16).shuffle(3)) is None
+    assert _tensorflow_private.batched_samples(base) is None

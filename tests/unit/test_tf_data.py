@@ -146,12 +146,12 @@ def test_shard_dataset_gives_equal_batch_counts():
     assert first_values(shards[1]) == [[2, 3], [8, 9]]
 
 
-def test_shard_dataset_truncates_uneven_batch_counts():
-    dataset = tf.data.Dataset.range(10).batch(2)  # 5 batches over 2 workers: the 5th is dropped
+def test_shard_dataset_shares_the_fifth_of_five_batches():
+    dataset = tf.data.Dataset.range(10).batch(2)  # 5 batches over 2 workers: the 5th is one sample each
     shards = [shard_dataset(dataset, Shard(r, 2)) for r in range(2)]
-    assert first_values(shards[0]) == [[0, 1], [4, 5]]
-    assert first_values(shards[1]) == [[2, 3], [6, 7]]
-    assert [dataset_batches(s) for s in shards] == [2, 2]
+    assert first_values(shards[0]) == [[0, 1], [4, 5], [8]]
+    assert first_values(shards[1]) == [[2, 3], [6, 7], [9]]
+    assert [dataset_batches(s) for s in shards] == [3, 3]
 
 
 def test_shard_dataset_shares_a_short_last_batch_evenly():
@@ -167,13 +167,21 @@ def test_shard_dataset_shares_a_short_last_batch_evenly():
     assert dataset_batches(worker) == 2
 
 
-def test_shard_dataset_leaves_trailing_batches_it_cannot_share():
-    odd = tf.data.Dataset.range(38).batch(16)  # 16, 16, 6: the 6 might be 1, fewer than 2 workers
-    assert not shares_last_step(odd, 3, 2)
+def test_shard_dataset_shares_an_odd_last_batch_whose_size_batch_gives():
+    odd = tf.data.Dataset.range(38).batch(16).map(lambda b: b * 1).prefetch(1)  # 16, 16, 6: 3 each
+    assert shares_last_step(odd, 3, 2)
     assert [first_values(shard_dataset(odd, Shard(r, 2))) for r in range(2)] == [
-        [list(range(16))],
-        [list(range(16, 32))],
+        [list(range(16)), [32, 33, 34]],
+        [list(range(16, 32)), [35, 36, 37]],
     ]
+
+
+def test_shard_dataset_leaves_trailing_batches_it_cannot_share():
+    one = tf.data.Dataset.range(33).batch(16)  # 16, 16, 1: one sample, two workers
+    shuffled = tf.data.Dataset.range(38).batch(16).shuffle(3)  # the short batch is anywhere
+    for dataset in (one, shuffled):
+        assert not shares_last_step(dataset, 3, 2)
+        assert [dataset_batches(shard_dataset(dataset, Shard(r, 2))) for r in range(2)] == [1, 1]
     # drop_remainder=True: one process at the global batch (8) drops the fifth batch of 4 as well
     static = tf.data.Dataset.range(20).batch(4, drop_remainder=True)
     assert not shares_last_step(static, 5, 2)
