@@ -395,12 +395,28 @@ def _rows(batch: Any) -> int:
 
 
 def _joined(batches: list[Any]) -> Any:
-    """Batches of one structure as one batch: each leaf's rows, batch after batch."""
+    """Batches of one structure as one batch: each leaf's rows, batch after batch, padded with zeros to
+    their common shape where they differ (batches padded each to its own longest sequence; one process at
+    the global batch pads them all to the longest)."""
     columns = list(zip(*(_leaves_in_order(batch) for batch in batches), strict=True))
     joined = iter(
-        None if column[0] is None else np.concatenate([np.asarray(a) for a in column]) for column in columns
+        None if column[0] is None else _concatenated([np.asarray(a) for a in column]) for column in columns
     )
     return map_structure(lambda _: next(joined), batches[0])
+
+
+def _concatenated(arrays: list[np.ndarray]) -> np.ndarray:
+    common = np.max([a.shape[1:] for a in arrays], axis=0) if arrays[0].ndim > 1 else ()
+    return np.concatenate(
+        [
+            np.pad(
+                a,
+                [(0, 0), *((0, int(n - m)) for n, m in zip(common, a.shape[1:]))],
+                constant_values=np.zeros((), a.dtype).item(),  # 0, False or "" (np.pad's 0 is "0")
+            )
+            for a in arrays
+        ]
+    )
 
 
 class EverySampleBatches:

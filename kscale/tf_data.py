@@ -130,7 +130,7 @@ def _last_step_shared(
         first, last = tf.equal(index, head), tf.equal(index, batches - 1)
         joined = tf.nest.map_structure(
             lambda j, e: tf.cond(
-                index < head, lambda: j, lambda: tf.cond(first, lambda: e, lambda: tf.concat([j, e], 0))
+                index < head, lambda: j, lambda: tf.cond(first, lambda: e, lambda: _concatenated(j, e))
             ),
             joined,
             element,
@@ -308,6 +308,21 @@ def steps_for(batches: int | None, replicas_per_step: int) -> int | None:
     if batches is None or batches < 0:
         return None
     return batches // replicas_per_step
+
+
+def _concatenated(first: tf.Tensor, second: tf.Tensor) -> tf.Tensor:
+    """Two batches as one, each padded with zeros (or empty strings) to their common shape: padded_batch()'s
+    batches differ in length, and one process at the global batch pads them all to the longest."""
+    if first.shape.rank < 2 or first.shape[1:].is_fully_defined():
+        return tf.concat([first, second], 0)
+    common = tf.maximum(tf.shape(first)[1:], tf.shape(second)[1:])
+
+    def padded(t: tf.Tensor) -> tf.Tensor:
+        return tf.pad(
+            t, tf.concat([[[0, 0]], tf.stack([tf.zeros_like(common), common - tf.shape(t)[1:]], 1)], 0)
+        )
+
+    return tf.concat([padded(first), padded(second)], 0)
 
 
 def worker_part(

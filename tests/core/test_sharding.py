@@ -140,6 +140,32 @@ def test_batch_shard_shares_the_last_step_evenly(total, workers, items, last):
     assert list(x) == ["b", "a"] and x["b"].tolist() == [10 * v for v in y.tolist()]  # structure kept
 
 
+def test_batch_shard_pads_the_last_steps_batches_to_one_length():
+    lengths = [3, 5, 2, 7, 4, 1, 6, 2, 3, 8, 2, 2, 9, 1]
+
+    class Padded:  # batches of sequences padded to each batch's longest: 4, 4, 4, then 2
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            rows = lengths[4 * i : 4 * i + 4]
+            x = np.zeros((len(rows), max(rows)), "float32")
+            for row, n in enumerate(rows):
+                x[row, :n] = 1
+            return x, np.asarray(rows)
+
+        def on_epoch_end(self):
+            pass
+
+    class Batches(BatchShard):
+        pass
+
+    last = [part[len(part) - 1] for part in (Batches(Padded(), Shard(r, 2)) for r in range(2))]
+    assert [x.shape for x, _ in last] == [(3, 9), (3, 9)]
+    assert [x.sum(axis=1).tolist() for x, _ in last] == [[3, 8, 2], [2, 9, 1]]
+    assert [y.tolist() for _, y in last] == [[3, 8, 2], [2, 9, 1]]
+
+
 def test_batch_shard_shuffles_its_steps_alike_on_every_worker_and_anew_each_epoch():
     class Batches(BatchShard):
         pass

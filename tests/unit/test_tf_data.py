@@ -188,6 +188,25 @@ def test_shard_dataset_leaves_trailing_batches_it_cannot_share():
     assert [dataset_batches(shard_dataset(static, Shard(r, 2))) for r in range(2)] == [2, 2]
 
 
+def test_shard_dataset_pads_the_last_steps_padded_batches_to_one_length():
+    # padded_batch: 4, 4, 4 and 2 sequences, each batch as long as its longest; one process at the global
+    # batch pads the last 6 to the longest of them
+    lengths = [3, 5, 2, 7, 4, 1, 6, 2, 3, 8, 2, 2, 9, 1]
+    dataset = tf.data.Dataset.from_generator(
+        lambda: ((np.ones(n, "int32"), n > 4, "ab"[: n % 3]) for n in lengths),
+        output_signature=(
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([], tf.bool),
+            tf.TensorSpec([], tf.string),
+        ),
+    )
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(lengths))).padded_batch(4)
+    last = [list(shard_dataset(dataset, Shard(r, 2)))[-1] for r in range(2)]
+    assert [ones.shape.as_list() for ones, _, _ in last] == [[3, 9], [3, 9]]
+    assert [ones.numpy().sum(axis=1).tolist() for ones, _, _ in last] == [[3, 8, 2], [2, 9, 1]]
+    assert [long.numpy().tolist() for _, long, _ in last] == [[False, True, False], [False, True, False]]
+
+
 def test_shard_dataset_reads_the_data_once():
     calls = tf.Variable(0, dtype=tf.int64)
 
