@@ -412,11 +412,18 @@ def _concatenated(arrays: list[np.ndarray]) -> np.ndarray:
             np.pad(
                 a,
                 [(0, 0), *((0, int(n - m)) for n, m in zip(common, a.shape[1:]))],
-                constant_values=np.zeros((), a.dtype).item(),  # 0, False or "" (np.pad's 0 is "0")
+                constant_values=_blank(a),
             )
             for a in arrays
         ]
     )
+
+
+def _blank(array: np.ndarray) -> Any:
+    """What padding holds: 0, False, or an empty string (np.pad's 0 would be "0"), also in object arrays."""
+    if array.dtype == object and array.size and isinstance(array.flat[0], str | bytes):
+        return type(array.flat[0])()
+    return np.zeros((), array.dtype).item()
 
 
 class EverySampleBatches:

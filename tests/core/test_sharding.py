@@ -14,6 +14,7 @@ from kscale.sharding import (
     FeedRequest,
     Shard,
     WorkerPart,
+    _concatenated,
     array_part,
     every_sample_part,
     flatten,
@@ -162,6 +163,9 @@ def test_batch_shard_pads_the_last_steps_batches_to_one_length():
 
     last = [part[len(part) - 1] for part in (Batches(Padded(), Shard(r, 2)) for r in range(2))]
     assert [x.shape for x, _ in last] == [(3, 9), (3, 9)]
+    words = [np.array([["a", "bb"]], dtype=object), np.array([["c"]], dtype=object)]
+    assert _concatenated(words).tolist() == [["a", "bb"], ["c", ""]]  # strings padded with "", not 0
+    assert _concatenated([np.array([["a"]]), np.array([["b", "c"]])]).tolist() == [["a", ""], ["b", "c"]]
     assert [x.sum(axis=1).tolist() for x, _ in last] == [[3, 8, 2], [2, 9, 1]]
     assert [y.tolist() for _, y in last] == [[3, 8, 2], [2, 9, 1]]
 
