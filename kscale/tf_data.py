@@ -64,7 +64,11 @@ def dataset_batches(dataset: tf.data.Dataset) -> int | None:
 
 
 def shard_dataset(
-    dataset: tf.data.Dataset, shard: Shard, what: str = "training dataset", items_per_worker: int = 1
+    dataset: tf.data.Dataset,
+    shard: Shard,
+    what: str = "training dataset",
+    items_per_worker: int = 1,
+    share_last: bool | None = None,
 ) -> tf.data.Dataset:
     """Element r, r+N, r+2N, ... of a batched dataset, cut so every worker has the same count; the last
     step's batches shared evenly (`items_per_worker` parts for each worker: one per replica where a
@@ -74,6 +78,7 @@ def shard_dataset(
     A dataset of unknown length cannot be cut evenly: sharding it could leave one worker a batch
     short, and the others would wait for it forever at the next allreduce. Such datasets need
     `steps_per_epoch` (then every worker runs exactly that many steps) or a known cardinality.
+    `share_last`: `shares_last_step`'s answer where the caller has it already (its plan says it).
     """
     batches = dataset_batches(dataset)
     if shard.count > 1 and batches is not None and 0 <= batches < shard.count:
@@ -81,7 +86,9 @@ def shard_dataset(
             f"the {what} has {batches} batch(es), fewer than the {shard.count} workers: some worker "
             f"would get no step. Use a smaller batch or more data (at least {shard.count} batches)."
         )
-    if shard.even and shares_last_step(dataset, batches, shard.count * items_per_worker):
+    if share_last is None:
+        share_last = shard.even and shares_last_step(dataset, batches, shard.count * items_per_worker)
+    if share_last:
         return _last_step_shared(dataset, batches, shard, items_per_worker)
     if shard.count == 1:
         return dataset
@@ -391,13 +398,14 @@ def worker_part(
                 f"input sharded by batch ({reason}): every worker reads all of it, keeps 1/{shard.count}"
             )
         replicas = shard.count * items
-        if batches and batches > 0 and shard.even and shares_last_step(x, batches, replicas):
+        share_last = shard.even and shares_last_step(x, batches, replicas)
+        if share_last:
             notes.append(last_step_note(what, last_step(batches, replicas)[1], replicas))
         elif batches and batches > 0 and batches % shard.count and shard.even:
             notes.append(
                 f"{batches % shard.count} trailing batch(es) of {batches} unused so workers stay even"
             )
-        sharded = shard_dataset(x, shard, what, items)
+        sharded = shard_dataset(x, shard, what, items, share_last)
         longest, shortest = (None, None) if endless else longest_and_shortest(batches, shard)
         return WorkerPart(
             "dataset",
