@@ -80,3 +80,22 @@ def launch(worker_env):
         )
 
     return run
+
+
+#: What a worker prints when it dies of a native error: the lines that say why, wherever they fall in output
+#: whose tail is the launcher's summary of exit codes.
+_CRASH_MARKS = (
+    "terminate called",
+    "what():",
+    "Fatal Python error",
+    "Traceback",
+    "Error:",
+    "Aborted",
+    "Signal ",
+)
+
+
+def crash_report(output: str, tail: int = 2500) -> str:
+    """A failed job's output for an assertion message: each line that says why a worker died, then the tail."""
+    why = [line for line in output.splitlines() if any(mark in line for mark in _CRASH_MARKS)]
+    return "\n".join(why[:40]) + "\n...\n" + output[-tail:]

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.conftest import crash_report
 from tests.stack.conftest import BIN
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(180)]
@@ -52,7 +53,7 @@ def test_a_process_group_made_before_kscale_is_the_one_it_trains_in(launch, tmp_
     script.write_text(GROUP_FIRST)
     run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     done = launch([*run, str(script), str(tmp_path / "out")], KERAS_BACKEND="torch")
-    assert done.returncode == 0, done.stdout[-4000:]
+    assert done.returncode == 0, crash_report(done.stdout)
     results = [json.loads((tmp_path / f"out.{rank}.json").read_text()) for rank in (0, 1)]
     assert results[0]["backend"] == "torch" and [r["workers"] for r in results] == [2, 2]
     assert [r["rank"] for r in results] == [0, 1]
