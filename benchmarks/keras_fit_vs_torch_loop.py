@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "kscale", "benc
 import models
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from kscale.bench.worker import _torch_loss, _torch_optimizer
+from kscale.bench.worker import _torch_loss, _torch_optimizer, torch_loop_epoch
 
 
 def main() -> None:
@@ -52,14 +52,7 @@ def main() -> None:
         fitted.fit(x, y, batch_size=args.batch, epochs=1, shuffle=False, verbose=0)
 
     def torch_epoch() -> None:
-        total = 0.0
-        for inputs, targets in loader:
-            optimizer.zero_grad()
-            loss = loss_fn(looped(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
-        float(total)
+        torch_loop_epoch(looped, loader, optimizer, loss_fn)
 
     keras_epoch(), torch_epoch()  # warm-up: tracing, first allocations
     ratios = []
