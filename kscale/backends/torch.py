@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from kscale import _torch_private
 from kscale.backends.base import Backend
 from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
@@ -67,9 +68,9 @@ class TorchBackend(Backend):
         cuda = torch.cuda.is_available()
         if cuda:  # before Keras creates any variable on "cuda", which means the current device
             torch.cuda.set_device(self.env.local_rank % torch.cuda.device_count())
-        # The group is left before the interpreter tears torch down, whoever made it: a gloo group still
-        # alive at exit can abort the process ("terminate called without an active exception"), failing a
-        # job that trained well (one run in three here). A launcher that leaves it itself (Ray) is first.
+        # The group is left and freed before the interpreter tears torch down, whoever made it: a gloo
+        # group still alive at exit can abort the process ("terminate called without an active
+        # exception"), failing a job that trained well. A launcher that leaves it itself (Ray) is first.
         atexit.register(_leave_process_group)
         if dist.is_initialized() or self.env.world_size < 2:
             return  # Ray Train's TorchTrainer made the group already; or one process
@@ -212,6 +213,7 @@ def _check_on_this_processes_gpu(model: Any) -> None:
 def _leave_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+    _torch_private.release_destroyed_groups()  # freed now, their threads joined, not in the teardown
 
 
 def _device() -> torch.device:
