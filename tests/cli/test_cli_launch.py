@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kscale.launch.workers import free_ports
+
 REPO = Path(__file__).resolve().parents[2]
 KSCALE = [sys.executable, "-m", "kscale.cli"]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "kscale"
@@ -43,12 +45,6 @@ def kscale(argv: list[str], cwd: Path, timeout: float = 150) -> subprocess.Compl
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def small_script(tmp_path: Path) -> Path:
     (tmp_path / "small.py").write_text(SMALL_SCRIPT)
@@ -76,7 +72,7 @@ def test_run_refuses_a_missing_script_before_starting_anything(small_script):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_per_node_launch_stops_the_job_when_a_worker_dies(small_script):
-    port = free_port()
+    [port] = free_ports(1)
     argv = ["run", "--nproc-per-node", "2", "--master", f"127.0.0.1:{port}", "--"]
     start = time.monotonic()
     done = kscale([*argv, sys.executable, "small.py", "1", "600"], cwd=small_script)
@@ -105,7 +101,7 @@ def test_kscale_test_passes_with_two_processes(tmp_path):
 @pytest.mark.timeout(180)
 def test_node_zero_notices_a_node_that_vanishes(small_script):
     """Two per-node launches on this host; node 1's kscale run is killed -9: node 0 stops the job."""
-    port = free_port()
+    [port] = free_ports(1)
     logs = [(small_script / f"node{rank}.log").open("w") for rank in (0, 1)]
     command = [str(CONSOLE_SCRIPT)] if CONSOLE_SCRIPT.exists() else KSCALE
     node = [

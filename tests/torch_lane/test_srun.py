@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from kscale import environment
+from kscale.launch.workers import free_ports
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(180)]
 
@@ -30,17 +30,11 @@ json.dump({"backend": model.kscale_plan.backend, "rank": kscale.rank(), "size": 
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_srun_tasks_with_the_master_exported_train_as_one_job(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     base = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), KERAS_BACKEND="torch")
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), KERAS_BACKEND="torch")
     slurm = {"SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "2"}
     tasks = [
         subprocess.Popen(

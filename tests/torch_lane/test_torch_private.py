@@ -7,11 +7,12 @@ exception")."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from kscale.launch.workers import free_ports
 
 GROUP_BEFORE_KERAS = """
 import json, os, sys
@@ -34,17 +35,11 @@ print(json.dumps({"captured": captured, "before": before, "after": threads()}))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("leaves_first", ["kscale", "launcher"])
 def test_a_group_made_before_keras_is_freed_when_kscale_leaves_it(worker_env, leaves_first):
     done = subprocess.run(
-        [sys.executable, "-c", GROUP_BEFORE_KERAS, str(_free_port()), leaves_first],
+        [sys.executable, "-c", GROUP_BEFORE_KERAS, str(free_ports(1)[0]), leaves_first],
         env=worker_env(KERAS_BACKEND="torch"),
         capture_output=True,
         text=True,
