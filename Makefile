@@ -131,8 +131,9 @@ stream-others:
 	set -o pipefail; $(MAKE) --no-print-directory test-b 2>&1 | sed -u 's/^/[B] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
-# Not the Keras 3 lanes' own folders (keras3, torch_lane, ray_train): lane A has no Keras 3, torch or Ray.
-KERAS3_ONLY := --ignore=tests/keras3 --ignore=tests/torch_lane --ignore=tests/ray_train
+# Not the Keras 3 lanes' own folders (keras3, torch_lane, ray_train, recipes): lane A has no Keras 3, torch
+# or Ray.
+KERAS3_ONLY := --ignore=tests/keras3 --ignore=tests/torch_lane --ignore=tests/ray_train --ignore=tests/recipes
 test-a: venv sshd
 	$(PY) $(PYTEST) $(KERAS3_ONLY)
 
@@ -147,28 +148,34 @@ test-b: $(LANE_B)/.ready
 	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance \
 	  $(LANE_B_MULTIPROCESS) tests/ray_train --deselect tests/stack/test_stack_bench.py
 
+# tests/recipes: the cluster recipes of examples/kubernetes and examples/slurm, each started with its
+# engine's variables, each in the lane of its stack (JAX: Kubeflow's JAX runtime and SLURM's jax engine).
 test-jax: $(LANE_JAX)/.ready
-	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance
+	KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
+	  tests/recipes/test_kubeflow_jax.py tests/recipes/test_slurm.py
 
-# Lane C on TensorFlow also trains across two hosts (network namespaces, as root): Keras 3's multi_worker.
+# Lane C on TensorFlow also trains across two hosts (network namespaces, as root): Keras 3's multi_worker;
+# and the TFJob recipe (examples/kubernetes/tfjob-tensorflow.yaml: TF_CONFIG as Kubeflow's operator writes it).
 # Not here: `kscale bench --quick` (13 launches, 5 minutes of CI), whose single and mirrored backends run
 # the code lane A and the JAX lane bench; what only this lane runs of the bench (multi_worker against
 # TensorFlow's custom loop, in one job, profiled) is tests/keras3/test_bench_keras3.py.
 test-tf221: $(LANE_TF)/.ready
 	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
-	  tests/multihost/test_multihost.py tests/ray_train --deselect tests/stack/test_stack_bench.py
+	  tests/multihost/test_multihost.py tests/ray_train tests/recipes/test_kubeflow_tfjob.py \
+	  --deselect tests/stack/test_stack_bench.py
 
 # Lane C on torch: the framework-free tests, the stack's end-to-end tests and the conformance suite under
 # `kscale run --engine torch` (torchrun), tests/torch_lane (a killed worker, a process group made first)
 # tests/ray_train (Ray Train's TorchTrainer on a local Ray cluster; lane C-tf: its TensorflowTrainer) and
-# two hosts (network namespaces, as root) through torchrun's c10d rendezvous.
+# two hosts (network namespaces, as root) through torchrun's c10d rendezvous; the Kubeflow torch runtime's
+# recipe (PET_* variables to torchrun) and SLURM's (the torch engine).
 # Not on torch: the BERT fine-tuning example's Keras 3 tests (JAX and TensorFlow: the lanes with its extra),
 # and "import kscale before the first op" (JAX and TensorFlow need it; torch joins its group any time).
 NOT_ON_TORCH := --ignore=tests/keras3/test_example_finetune.py --ignore=tests/keras3/test_multi_process_keras3.py
 test-torch: $(LANE_TORCH)/.ready
 	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
-	  tests/torch_lane tests/ray_train tests/multihost/test_multihost.py --deselect tests/stack/test_stack_bench.py \
-	  $(NOT_ON_TORCH)
+	  tests/torch_lane tests/ray_train tests/multihost/test_multihost.py tests/recipes/test_kubeflow_torch.py \
+	  tests/recipes/test_slurm.py --deselect tests/stack/test_stack_bench.py $(NOT_ON_TORCH)
 
 test-fast: venv
 	$(PY) $(PYTEST) -m "not multiprocess" $(KERAS3_ONLY)

@@ -28,6 +28,10 @@ LAUNCHER_VARIABLE_PREFIXES = (
     "SLURM_",
     "TF_CONFIG",
     "KERAS_DISTRIBUTION_",
+    # jax.distributed's own names (Kubeflow Trainer's JAX runtime)
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID",
     "KSCALE_LOCAL_",
     # torchrun's (and Ray Train's, Kubeflow's torch runtime's): torch.distributed's env:// variables
     "TORCHELASTIC_",
@@ -51,6 +55,8 @@ class Launcher(str, enum.Enum):
     SLURM = "slurm"  # srun
     KERAS_DISTRIBUTION = "keras_distribution"  # kscale run / by hand: Keras 3's keras.distribution (JAX)
     TORCH = "torch"  # torchrun (or Ray Train, Kubeflow): torch.distributed's RANK, WORLD_SIZE, MASTER_ADDR
+    # jax.distributed's JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID (Kubeflow's JAX runtime)
+    JAX_DISTRIBUTED = "jax_distributed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +80,7 @@ class Environment:
     keras_home: str | None = None
     #: XDG_CACHE_HOME, if set: where kscale keeps what it learnt about the installation (default ~/.cache).
     cache_home: str | None = None
-    #: KERAS_DISTRIBUTION_JOB_ADDRESSES: the coordinator (first address) of a keras.distribution job.
+    #: KERAS_DISTRIBUTION_JOB_ADDRESSES' first address, or JAX_COORDINATOR_ADDRESS: where a JAX job meets.
     coordinator: str | None = None
     #: MASTER_ADDR:MASTER_PORT, where torch.distributed's processes meet (env:// initialization), if set.
     torch_master: str | None = None
@@ -363,6 +369,27 @@ class TorchDetector(_Detector):
         )
 
 
+class JaxDistributedDetector(_Detector):
+    """jax.distributed's own variables, one process per host: Kubeflow Trainer's JAX runtime (`jax-distributed`)
+    sets JAX_NUM_PROCESSES, JAX_PROCESS_ID (the pod's job completion index) and JAX_COORDINATOR_ADDRESS
+    (node 0's pod, port 29500) in every pod (kubeflow/trainer, pkg/runtime/framework/plugins/jax/jax.go)."""
+
+    launcher = Launcher.JAX_DISTRIBUTED
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "JAX_PROCESS_ID" in env and "JAX_NUM_PROCESSES" in env and "JAX_COORDINATOR_ADDRESS" in env
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Environment:
+        return Environment(
+            launcher=cls.launcher,
+            rank=_int(env, "JAX_PROCESS_ID"),
+            world_size=_int(env, "JAX_NUM_PROCESSES"),
+            coordinator=env["JAX_COORDINATOR_ADDRESS"].strip() or None,
+        )
+
+
 def _host_of(address: str) -> str:
     return address.rsplit(":", 1)[0]
 
@@ -422,6 +449,7 @@ DETECTORS: tuple[type[_Detector], ...] = (
     TorchDetector,
     SlurmDetector,
     KerasDistributionDetector,
+    JaxDistributedDetector,
 )
 
 

@@ -138,6 +138,7 @@ def _multi_process_launcher(env: environment.Environment) -> str:
         environment.Launcher.SLURM: "srun",
         environment.Launcher.KERAS_DISTRIBUTION: "kscale run (keras.distribution variables)",
         environment.Launcher.TORCH: "torchrun (torch.distributed variables)",
+        environment.Launcher.JAX_DISTRIBUTED: "jax.distributed variables (Kubeflow's JAX runtime)",
     }.get(env.launcher, env.launcher.value)
 
 

@@ -1,11 +1,13 @@
 """Keras 3 on JAX: `keras.distribution.DataParallel` over every device of every process.
 
 Processes find each other through `keras.distribution.initialize()` (jax.distributed), which reads
-KERAS_DISTRIBUTION_JOB_ADDRESSES / NUM_PROCESSES / PROCESS_ID (kscale run sets them); CPUs talk over
-Gloo. In kscale's fit and *_on_batch each process feeds its own shard of the data (Keras' auto-sharding
-takes tf.data only), and Keras assembles each step's global batch from the processes' local batches.
-Outside them (predict, and plain Keras calls on any model) every process passes all its data, and computes
-what one process would; evaluate runs on each process's copy of the model and sums the metrics' states.
+KERAS_DISTRIBUTION_JOB_ADDRESSES / NUM_PROCESSES / PROCESS_ID (kscale run sets them), or is handed
+jax.distributed's JAX_COORDINATOR_ADDRESS / NUM_PROCESSES / PROCESS_ID (Kubeflow's JAX runtime sets
+them); CPUs talk over Gloo. In kscale's fit and *_on_batch each process feeds its own shard of the data
+(Keras' auto-sharding takes tf.data only), and Keras assembles each step's global batch from the
+processes' local batches. Outside them (predict, and plain Keras calls on any model) every process passes
+all its data, and computes what one process would; evaluate runs on each process's copy of the model and
+sums the metrics' states.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
 from kscale.metric_states import reduce_by_aggregation
+
+#: The launchers whose processes join one JAX job (jax.distributed) at `import kscale`.
+_JOB_LAUNCHERS = (Launcher.KERAS_DISTRIBUTION, Launcher.JAX_DISTRIBUTED)
 
 
 class JaxBackend(Backend):
@@ -44,17 +49,22 @@ class JaxBackend(Backend):
 
     @classmethod
     def detect(cls, env: Environment) -> bool:
-        if env.launcher is Launcher.KERAS_DISTRIBUTION:
+        if env.launcher in _JOB_LAUNCHERS:
             return True
         return env.launcher is Launcher.NONE and len(jax.devices()) > 1
 
     def setup(self) -> None:
         if self._distribution is not None:
             return
-        if self.env.launcher is Launcher.KERAS_DISTRIBUTION and self.env.world_size > 1:
+        if self.env.launcher in _JOB_LAUNCHERS and self.env.world_size > 1:
             _use_gloo_on_cpus()
+            # Keras reads its KERAS_DISTRIBUTION_* variables itself; jax.distributed's (Kubeflow's JAX
+            # runtime) are handed to it as read by kscale.environment.
+            job = ()
+            if self.env.launcher is Launcher.JAX_DISTRIBUTED:
+                job = (self.env.coordinator, self.env.world_size, self.env.rank)
             try:
-                keras.distribution.initialize()  # reads the KERAS_DISTRIBUTION_* variables itself
+                keras.distribution.initialize(*job)
             except RuntimeError as err:
                 if "must be called before" not in str(err):
                     raise

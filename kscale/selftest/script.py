@@ -185,7 +185,7 @@ def collectives() -> Collectives:
         return HorovodCollectives()
     if launcher is environment.Launcher.TF_CONFIG:
         return StrategyCollectives()
-    if launcher is environment.Launcher.KERAS_DISTRIBUTION:
+    if launcher in (environment.Launcher.KERAS_DISTRIBUTION, environment.Launcher.JAX_DISTRIBUTED):
         return JaxCollectives()
     if launcher is environment.Launcher.TORCH:
         return TorchCollectives()

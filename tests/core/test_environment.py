@@ -326,3 +326,20 @@ def test_torchrun_under_srun_is_torch_not_slurm():
 
 def test_a_rank_variable_alone_is_no_torch_job():
     assert detect({"RANK": "1", "WORLD_SIZE": "2"}).launcher is Launcher.NONE
+
+
+def test_jax_distributed_variables_as_kubeflows_jax_runtime_sets_them():
+    # kubeflow/trainer, pkg/runtime/framework/plugins/jax/jax.go: one process per pod
+    env = detect(
+        {
+            "JAX_NUM_PROCESSES": "2",
+            "JAX_PROCESS_ID": "1",
+            "JAX_COORDINATOR_ADDRESS": "job-node-0-0.job:29500",
+        }
+    )
+    assert place(env) == (Launcher.JAX_DISTRIBUTED, 1, 2, 0, 1)
+    assert env.coordinator == "job-node-0-0.job:29500"
+
+
+def test_jax_variables_without_a_coordinator_are_no_launcher():
+    assert detect({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}).launcher is Launcher.NONE
