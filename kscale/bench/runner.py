@@ -42,7 +42,12 @@ HAND_WRITTEN = {
 
 
 class BenchError(KScaleError):
-    """A benchmark launch failed or measured nothing."""
+    """A `kscale bench` launch failed or measured nothing, or the bench was asked for what it does not know
+    (a knob, a backend this stack cannot run).
+
+    Fix: read the failed launch's command and output, printed with the error (run that command alone to
+    see it fail), and name knobs and backends as `kscale bench --help` lists them.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
