@@ -7,6 +7,7 @@
 #   C  .venv-jax    Python 3.12, Keras 3 on JAX (CPU wheels)
 #   C  .venv-tf221  Python 3.13, Keras 3 on TensorFlow 2.21
 #   C  .venv-torch  Python 3.11, Keras 3 on PyTorch (torch's CPU wheel)
+# and the documentation site's own: .venv-docs (Python 3.12, MkDocs; docs/requirements.txt).
 SHELL := /bin/bash
 HOROVOD := horovod==0.28.1
 LANE_A := .venv
@@ -14,6 +15,7 @@ LANE_B := .venv-tf218
 LANE_JAX := .venv-jax
 LANE_TF := .venv-tf221
 LANE_TORCH := .venv-torch
+DOCS := .venv-docs
 # The CPU build of torch: PyPI's Linux wheel needs about 3 GB of CUDA packages (README, "Which stack?").
 TORCH_CPU := torch==2.13.0
 PY := $(LANE_A)/bin/python
@@ -30,7 +32,7 @@ INSTALL := flock $(CURDIR)/.install.lock
 HOROVOD_BUILD := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)"
 
-.PHONY: venv venvs sshd lint test stream-a stream-others test-a test-b test-jax test-tf221 test-torch test-fast test-multihost demo bench \
+.PHONY: venv venvs sshd lint docs test stream-a stream-others test-a test-b test-jax test-tf221 test-torch test-fast test-multihost demo bench \
   format clean
 
 venv: $(LANE_A)/.ready
@@ -62,6 +64,8 @@ $(LANE_TF)/bin/python:
 	$(call make-venv,$(LANE_TF),$(PYTHON313),3.13)
 $(LANE_TORCH)/bin/python:
 	$(call make-venv,$(LANE_TORCH),$(PYTHON311),3.11)
+$(DOCS)/bin/python:
+	$(call make-venv,$(DOCS),$(PYTHON312),3.12)
 
 $(LANE_A)/.ready: $(LANE_A)/bin/python setup.cfg pyproject.toml
 	$(INSTALL) $(LANE_A)/bin/python -m pip install -q -e ".[cpu,estimator,dev,bert,bench]"
@@ -91,6 +95,11 @@ $(LANE_TORCH)/.ready: $(LANE_TORCH)/bin/python setup.cfg pyproject.toml
 	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev,ray,bench]"
 	touch $@
 
+# The site's build needs no framework and not kscale itself: mkdocstrings reads kscale's source (griffe).
+$(DOCS)/.ready: $(DOCS)/bin/python docs/requirements.txt
+	$(DOCS)/bin/python -m pip install -q -r docs/requirements.txt
+	touch $@
+
 # tests/multihost/test_ssh_launch.py starts its own sshd instances, so it needs the server binary (the
 # system ssh service is never started; Docker's policy-rc.d keeps apt from starting it). Installed only as
 # root; otherwise this says how, and that test fails saying the same.
@@ -107,11 +116,17 @@ lint: venv
 	$(LANE_A)/bin/ruff check .
 	$(LANE_A)/bin/ruff format --check .
 
+# The documentation site (mkdocs.yml) into site/, strictly: a broken link or anchor, a page missing from the
+# navigation, an API name mkdocstrings cannot find, or a KScaleError without a docstring fails the build.
+# NO_MKDOCS_2_WARNING: Material's banner about its successor (Zensical reads the same mkdocs.yml), every build.
+docs: $(DOCS)/.ready
+	NO_MKDOCS_2_WARNING=1 $(DOCS)/bin/mkdocs build --strict --clean --site-dir site
+
 # Every lane: A runs the whole suite; B and C the framework-free tests, their own unit tests, the
 # end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test) and the
 # conformance suite (tests/conformance: Keras programs as users write them, under every backend).
-# Two streams side by side, each building the venvs it needs as it goes: lint and lane A, and lanes
-# C-jax, C-tf and B in turn. One lane's tests leave part of the two cores idle (workers starting,
+# Two streams side by side, each building the venvs it needs as it goes: lint, the documentation site's
+# strict build (make docs: its venv, then about 10 s) and lane A, and lanes C-jax, C-tf, B and C-torch in turn. One lane's tests leave part of the two cores idle (workers starting,
 # rendezvous, waiting on each other; measured: 153% CPU), and a venv's build mostly waits on downloads:
 # the other stream fills both. Each line says its lane. Measured on a fresh clone of this 2-core machine
 # (`bash .ci/run`, commit ab18a1b): 2,137 s in all, set-up included (lane A's tests 1,562 s, B 678,
@@ -123,7 +138,7 @@ test:
 	$(MAKE) --no-print-directory -j2 stream-a stream-others
 
 stream-a:
-	set -o pipefail; $(MAKE) --no-print-directory lint test-a 2>&1 | sed -u 's/^/[A] /'
+	set -o pipefail; $(MAKE) --no-print-directory lint docs test-a 2>&1 | sed -u 's/^/[A] /'
 
 stream-others:
 	set -o pipefail; $(MAKE) --no-print-directory test-jax 2>&1 | sed -u 's/^/[C-jax] /'
@@ -193,4 +208,4 @@ format: venv
 	$(LANE_A)/bin/ruff format . && $(LANE_A)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(LANE_A) $(LANE_B) $(LANE_JAX) $(LANE_TF) $(LANE_TORCH) build *.egg-info .install.lock
+	rm -rf $(LANE_A) $(LANE_B) $(LANE_JAX) $(LANE_TF) $(LANE_TORCH) $(DOCS) build site *.egg-info .install.lock

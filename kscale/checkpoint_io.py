@@ -11,7 +11,7 @@ target and then renames what it wrote into place:
   files first and its index and `checkpoint` state file last, so the index never points at missing data;
 - a folder (a SavedModel) replaces the old one by two renames where folders can be renamed, which is on
   local file systems only: `ram://` does not move a folder's files with it, and object stores copy
-  them one by one. There a folder is written in place (documented in the README).
+  them one by one. There a folder is written in place (documented in docs/guide/files.md).
 """
 
 from __future__ import annotations
