@@ -7,6 +7,7 @@ one fails there, loudly, instead of somewhere inside fit().
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 from collections.abc import Iterator
@@ -295,8 +296,9 @@ def keras3_strategy_fixed() -> Iterator[None]:
     - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
       `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors, and no
       strategy can do for a string column (AddN; keras.io's structured data with lookup layers). The
-      symbolic build needs the batch's shapes and dtypes only: the first local replica's batch is used
-      instead, and read only where something is still unbuilt.
+      symbolic build needs the batch's shapes and dtypes only: the first replica's element spec of the
+      data (the epoch iterator's `_get_iterator()`, a PerReplicaSpec's `_value_specs`) is used instead,
+      and no batch is read.
     - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
       ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
       where they have no dimension.
@@ -314,10 +316,12 @@ def keras3_strategy_fixed() -> Iterator[None]:
         "reduce_per_replica",
         "_collective_all_reduce_multi_worker",
         "_is_per_replica_instance",
-        "tf",
         "tree",
+        "TFEpochIterator",
     )
     missing = [name for name in needed if not hasattr(trainer, name)]
+    if not missing and not hasattr(trainer.TFEpochIterator, "_get_iterator"):
+        missing = ["TFEpochIterator._get_iterator"]
     if missing or not hasattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build"):
         import keras
 
@@ -330,7 +334,6 @@ def keras3_strategy_fixed() -> Iterator[None]:
             "processes with KERAS_BACKEND=jax, or install the Keras version kscale was tested with "
             "(pip install 'keras==3.15.*'), or use tf.keras with TF_USE_LEGACY_KERAS=1 and tf_keras."
         )
-    tf = trainer.tf
     tree = trainer.tree
     original_reduce = trainer.reduce_per_replica
     original_build = trainer.TensorFlowTrainer._maybe_symbolic_build
@@ -353,21 +356,17 @@ def keras3_strategy_fixed() -> Iterator[None]:
     def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
         if self._distribute_strategy is None or iterator is None:
             return original_build(self, iterator=iterator, data_batch=data_batch)
-        strategy = self.distribute_strategy
 
-        def first_local(x: Any) -> Any:
-            distributed = isinstance(x, tf.distribute.DistributedValues)
-            return strategy.experimental_local_results(x)[0] if distributed else x
+        def first_local_spec(spec: Any) -> Any:
+            return getattr(spec, "_value_specs", (spec,))[0]  # a PerReplicaSpec's first replica's
 
-        def first_local_batch() -> Any:
-            # Read only if something is still unbuilt (Keras' _symbolic_build asks then): starting an
-            # iterator over a multi-worker dataset costs about a second, and fit starts its own after.
-            for _, _, it in iterator:
-                yield None, None, iter([tree.map_structure(first_local, next(it))])
-                return
-
+        # The symbolic build reads a batch's shapes and dtypes only: the first replica's, from the data's
+        # element spec. No iterator is made (Keras' own build makes one and reads a batch): each iterator
+        # of a seeded shuffle() draws an order, and one process, which builds on its first step, draws
+        # none here; starting one over a multi-worker dataset also costs about a second.
+        specs = tree.map_structure(first_local_spec, iterator._get_iterator().element_spec)
         with self.distribute_strategy.scope():
-            self._symbolic_build(iterator=first_local_batch())
+            self._symbolic_build(data_batch=specs)
 
     trainer.reduce_per_replica = reduce_per_replica
     trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
@@ -378,3 +377,23 @@ def keras3_strategy_fixed() -> Iterator[None]:
         trainer.reduce_per_replica = original_reduce
         trainer.TensorFlowTrainer._maybe_symbolic_build = original_build
         trainer._kscale_multi_worker_fixed = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FitIterators:
+    """How many iterators of a tf.data dataset Keras' fit creates, in one process, besides the one it reads
+    each epoch: `before_first_epoch` when fit starts, `after_each_epoch` when an epoch ends, each dropped
+    unread. Keras documents neither, but each one draws the next order of a seeded `shuffle()` that
+    reshuffles every iteration: one process trains epoch e on the order drawn after those, and a worker
+    that trains on its part of the same order must draw as many. Measured on a dataset of known length
+    fit without steps_per_epoch (tests/unit/test_keras_private.py, tests/keras3/test_keras3_private.py)."""
+
+    before_first_epoch: int
+    after_each_epoch: int
+
+
+#: tf.keras (2.15, tf_keras 2.18): DataHandler.enumerate_epochs makes an iterator, then a new one for
+#: every epoch (should_recreate_iterator), the first epoch included.
+KERAS2_FIT_ITERATORS = FitIterators(before_first_epoch=1, after_each_epoch=0)
+#: Keras 3 (3.15): EpochIterator makes one when an epoch starts and another when it has read the data.
+KERAS3_FIT_ITERATORS = FitIterators(before_first_epoch=0, after_each_epoch=1)

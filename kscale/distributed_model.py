@@ -322,6 +322,7 @@ def _fit_in_this_world(
     if a.get("class_weight") is not None:  # as sample weights, cut with the samples
         x, y, sample_weight = _with_class_weight(x, y, sample_weight, a.pop("class_weight"), a)
     request = _request(state, per_replica, a.get("shuffle", True), user_steps, "training data")
+    request = dataclasses.replace(request, epochs=max(1, a.get("epochs", 1) - a.get("initial_epoch", 0)))
     _check_same_data(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
@@ -361,7 +362,11 @@ def _fit_in_this_world(
     )
     # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
-    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale]
+    after = feed.after_training
+    done = (
+        [backend.keras_module().callbacks.LambdaCallback(on_train_end=lambda logs: after())] if after else []
+    )
+    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale, *done]
     with backend.keras_steps():
         return _keras(self, "fit")(**a)
 

@@ -151,6 +151,8 @@ class FeedRequest:
     #: evaluated on this process's copy of the model (the backend's `evaluates_on_copy`): fed as one
     #: process is, not to the backend's replicas
     on_copy: bool = False
+    #: the epochs Keras' fit will run over the training data (one pass of a dataset each)
+    epochs: int = 1
 
     @property
     def per_worker(self) -> int:
@@ -184,6 +186,8 @@ class Feed:
     notes: list[str] = dataclasses.field(default_factory=list)
     epoch_steps: int | None = None  # the steps one epoch will run, whether or not the user gave them
     shuffle: bool | None = None  # what Keras' own `shuffle` must be, where the feed shuffles itself
+    #: what to do when training ends (the feed's own bookkeeping of the user's data), or None
+    after_training: Callable[[], None] | None = None
 
 
 def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:

@@ -44,13 +44,25 @@ def first_inputs(x: Any) -> Any:
     consuming it (a generator)."""
     if is_array_data(x):
         return map_structure(lambda array: np.asarray(array)[:1], x)
-    if isinstance(x, tf.data.Dataset):
+    if isinstance(x, tf.data.Dataset) and all(
+        isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(x.element_spec)
+    ):
+        # Zeros of its element's shapes: an iterator made to read its first batch would draw an order of
+        # a seeded shuffle() in it that one process, building on its first step, never draws.
+        element = tf.nest.map_structure(_zeros_like_spec, x.element_spec)
+    elif isinstance(x, tf.data.Dataset):
         element = next(iter(x.take(1)))
     elif isinstance(x, tf.keras.utils.Sequence):
         element = x[0]
     else:
         return None
     return tf.keras.utils.unpack_x_y_sample_weight(element)[0]
+
+
+def _zeros_like_spec(spec: tf.TensorSpec) -> tf.Tensor:
+    """A batch of one element (or the spec's sizes) of zeros, or of empty strings, as `spec` describes."""
+    shape = [1 if size is None else size for size in spec.shape]
+    return tf.fill(shape, tf.constant("" if spec.dtype == tf.string else 0, spec.dtype))
 
 
 def dataset_batches(dataset: tf.data.Dataset) -> int | None:
@@ -310,6 +322,39 @@ def arrays_to_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: i
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def epochs_in_one_process_order(
+    part: tf.data.Dataset, dataset: tf.data.Dataset, epochs: int, iterators: Any
+) -> tf.data.Dataset:
+    """`epochs` passes of `part` (this worker's share of the user's `dataset`, one iterator of `dataset`
+    per pass) as one stream, each pass on the order one process's fit trains that epoch on.
+
+    A seeded `shuffle()` that reshuffles every pass draws the next order for every iterator made of it,
+    read or not, and Keras' fit makes some it never reads (`iterators`: the family's
+    `_keras_private.FitIterators`, before the first epoch and after each). So before each pass, as many
+    iterators of `dataset` are made and dropped unread as one process's fit makes there; the ones after
+    the last epoch are the caller's (`after_last_epoch`), made when training ends. The stream is finite:
+    an endless repeat() that the strategy's iterator reads ahead would draw orders for epochs that never
+    run, and a later fit on the same dataset would start from another order than one process's."""
+
+    def unread(count: int) -> tf.data.Dataset:
+        made = tf.data.Dataset.zip((tf.data.Dataset.range(0), dataset))  # makes an iterator, reads none
+        none = made.flat_map(lambda *_: part.take(0))
+        return tf.data.Dataset.range(count).flat_map(lambda _: none) if count else part.take(0)
+
+    stream = unread(iterators.before_first_epoch).concatenate(part)
+    if epochs > 1:
+        later = unread(iterators.after_each_epoch).concatenate(part)
+        stream = stream.concatenate(tf.data.Dataset.range(epochs - 1).flat_map(lambda _: later))
+    return stream
+
+
+def after_last_epoch(dataset: tf.data.Dataset, iterators: Any) -> None:
+    """The iterators one process's fit makes of `dataset` after its last epoch (`iterators.after_each_epoch`),
+    made and dropped here, so that what reads `dataset` next draws the order it would in one process."""
+    for _ in range(iterators.after_each_epoch):
+        iter(dataset)
+
+
 def steps_for(batches: int | None, replicas_per_step: int) -> int | None:
     """Steps one pass over `batches` takes when each step consumes `replicas_per_step` batches."""
     if batches is None or batches < 0:
@@ -354,8 +399,9 @@ def worker_part(
             batches = int(x.reduce(np.int64(0), lambda count, _: count + 1))
             x = x.apply(tf.data.experimental.assert_cardinality(batches))
             notes.append(
-                f"the {what}'s length was unknown: counted by reading it once ({batches} batches); pass "
-                "steps (steps_per_epoch, validation_steps) or assert_cardinality(n) to skip that pass"
+                f"the {what}'s length was unknown: counted by reading it once ({batches} batches), which "
+                "draws an order of a shuffle() in it that one process does not draw; pass steps "
+                "(steps_per_epoch, validation_steps) or assert_cardinality(n) to skip that pass"
             )
         policy = x.options().experimental_distribute.auto_shard_policy
         if shard.count > 1 and policy == AutoShardPolicy.OFF:  # the user shards it (or wants it whole)
@@ -468,26 +514,33 @@ def arrays_in_batches(arrays: tuple, sizes: list[int]) -> tf.data.Dataset:
 def split_first_batches(dataset: tf.data.Dataset, count: int) -> tf.data.Dataset:
     """The dataset with its first `count` batches each cut in two halves (the first half the larger), the
     rest as they are: `count` more batches of the same samples, none empty while each cut batch holds at
-    least two samples (checked when read)."""
+    least two samples (checked when read). One pass over the dataset: a second one (take() then skip())
+    would read another order of a shuffle() in it, some samples twice and others never."""
 
-    def halves(*element: Any) -> tf.data.Dataset:
-        element = element if len(element) > 1 else element[0]
+    def pieces(index: tf.Tensor, element: Any) -> tf.data.Dataset:
+        cut_it = index < count
         size = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
         check = tf.debugging.assert_greater_equal(
-            size,
+            tf.where(cut_it, size, tf.constant(2, tf.int64)),
             tf.constant(2, tf.int64),
             message="kscale: an evaluation batch of 1 sample cannot be shared by two replicas; evaluate "
             "with batches of at least 2 samples",
         )
         with tf.control_dependencies([check]):
-            cut = (size + 1) // 2
+            cut = tf.where(cut_it, (size + 1) // 2, size)
         first = tf.nest.map_structure(lambda t: t[:cut], element)
         second = tf.nest.map_structure(lambda t: t[cut:], element)
-        return tf.data.Dataset.from_tensors(first).concatenate(tf.data.Dataset.from_tensors(second))
+        both = tf.data.Dataset.from_tensors(first).concatenate(tf.data.Dataset.from_tensors(second))
+        return both.take(tf.where(cut_it, tf.constant(2, tf.int64), tf.constant(1, tf.int64)))
 
     if count < 1:
         return dataset
-    return dataset.take(count).flat_map(halves).concatenate(dataset.skip(count))
+    return dataset.enumerate().flat_map(lambda index, *element: pieces(index, _one(element)))
+
+
+def _one(element: tuple) -> Any:
+    """A dataset element as map functions get it spread over their arguments, as one structure again."""
+    return element if len(element) > 1 else element[0]
 
 
 def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:

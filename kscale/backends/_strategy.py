@@ -175,7 +175,7 @@ class StrategyBackend(Backend):
         if part.kind == "other":
             return sharding.one_process_feed(part, request)
         if not request.shard.even and request.steps is None:
-            return self._uneven_feed(part, request)
+            return self._uneven_feed(x, part, request)
         dataset = tf_data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = tf_data.dataset_batches(dataset)
@@ -200,13 +200,50 @@ class StrategyBackend(Backend):
                 notes.append(
                     f"{batches % per_worker} trailing batch(es) per epoch unused so replicas stay even"
                 )
+        stream, after_training = self._epochs(x, dataset, batches, steps, available, request, notes)
+        distributed = self.strategy.distribute_datasets_from_function(lambda _: stream)
+        return sharding.Feed(
+            distributed, steps=steps, notes=notes, epoch_steps=steps, after_training=after_training
+        )
+
+    def _epochs(
+        self,
+        x: Any,
+        dataset: tf.data.Dataset,
+        batches: int | None,
+        steps: int,
+        available: int | None,
+        request: sharding.FeedRequest,
+        notes: list[str],
+    ) -> tuple[tf.data.Dataset, Callable[[], None] | None]:
+        """All of fit's epochs as one stream (Keras makes one iterator of a distributed dataset, for every
+        epoch, where steps are given), and what to do when training ends.
+
+        A tf.data dataset the user passed is read in the orders one process's fit reads it: each epoch a
+        new pass, after as many unread iterators of it as Keras' fit makes (a seeded shuffle that
+        reshuffles draws an order for each); an endless one (repeat()) as one iterator, going on from
+        epoch to epoch. Other data (arrays, Sequences) orders itself: one epoch's batches, repeated."""
+        per_epoch = steps * self.replicas_per_worker
+        user_dataset = isinstance(x, tf.data.Dataset) and not request.evaluation
+        if user_dataset and batches is not None and batches < 0:
+            return dataset, None
+        if user_dataset and steps == available:
+            iterators = self.family.fit_iterators
+            passes = tf_data.epochs_in_one_process_order(
+                dataset.take(per_epoch), x, request.epochs, iterators
+            )
+            return passes, lambda: tf_data.after_last_epoch(x, iterators)
+        if user_dataset:
+            notes.append(
+                f"steps_per_epoch takes {steps} of the {available} steps of this worker's part of the "
+                f"{request.what}: each epoch starts a new pass over it, where one process goes on with "
+                "the pass it began"
+            )
         # Keras does not restart a distributed dataset between epochs when steps are given: take
         # exactly one epoch's batches and repeat them, so every epoch is one full pass.
-        epoch = dataset.take(steps * per_worker).repeat()
-        distributed = self.strategy.distribute_datasets_from_function(lambda _: epoch)
-        return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
+        return dataset.take(per_epoch).repeat(), None
 
-    def _uneven_feed(self, part: sharding.WorkerPart, request: sharding.FeedRequest) -> sharding.Feed:
+    def _uneven_feed(self, x: Any, part: sharding.WorkerPart, request: sharding.FeedRequest) -> sharding.Feed:
         """Evaluation to the last sample: every replica runs the same number of steps, and no replica is
         ever handed a batch of zero samples (TensorFlow's CPU kernels mishandle them: oneDNN's conv2d and
         matmul fail on an empty batch). Array parts are cut into exactly steps × replicas batches of even
@@ -244,7 +281,14 @@ class StrategyBackend(Backend):
                     f"{per_worker * request.shard.count} batches in all), or evaluate on fewer replicas."
                 )
             dataset = tf_data.split_first_batches(tf_data.as_dataset(part, request), extra)
-        distributed = self.strategy.distribute_datasets_from_function(lambda _: dataset.repeat())
+        if isinstance(x, tf.data.Dataset):
+            # One pass per evaluation, as one process reads it, and not one begun ahead of the next
+            # evaluation (a repeat() read ahead by each worker's prefetch as far as its timing goes would
+            # have the workers cut different orders of a reshuffling shuffle() into their parts).
+            dataset = tf_data.epochs_in_one_process_order(dataset, x, 1, self.family.fit_iterators)
+        else:  # no order of its own: Keras may read on from where the previous evaluation stopped
+            dataset = dataset.repeat()
+        distributed = self.strategy.distribute_datasets_from_function(lambda _: dataset)
         return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
 
 

@@ -25,6 +25,8 @@ class Keras2Family:
     # Keras 2 evaluates uneven parts to the last sample: each process alone (Horovod), or under a
     # tf.distribute strategy with every replica's part cut into as many non-empty batches as it runs steps.
     uneven_evaluation = True
+    #: The iterators of a tf.data dataset Keras' own fit makes in one process (each draws a shuffle's order).
+    fit_iterators = _keras_private.KERAS2_FIT_ITERATORS
 
     @staticmethod
     def keras_module() -> Any:

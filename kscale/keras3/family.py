@@ -44,6 +44,8 @@ class Keras3Family:
     learning_rates = RATES
     #: Keras 3 evaluates with Keras' own distributed evaluate, unless the backend evaluates on a copy.
     uneven_evaluation = False
+    #: The iterators of a tf.data dataset Keras' own fit makes in one process (each draws a shuffle's order).
+    fit_iterators = _keras_private.KERAS3_FIT_ITERATORS
 
     def __init__(self) -> None:
         # `local_copy`'s copies, by model: gone with the model (an id could be reused by another one)

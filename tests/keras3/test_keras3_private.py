@@ -108,6 +108,13 @@ def test_the_keras_3_multi_worker_fixes_still_find_the_code_they_correct():
     assert callable(trainer._collective_all_reduce_multi_worker) and callable(
         trainer._is_per_replica_instance
     )
+    # The symbolic build's shapes: the epoch iterator's distributed dataset, a PerReplicaSpec's first spec
+    assert "return self._distributed_dataset" in inspect.getsource(trainer.TFEpochIterator._get_iterator)
+    import tensorflow as tf
+    from tensorflow.python.distribute.values import PerReplicaSpec
+
+    first, second = tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None, 3], tf.float32)
+    assert PerReplicaSpec(first, second)._value_specs == (first, second)
 
 
 def test_the_keras_3_multi_worker_fixes_hold_only_inside_their_block():
@@ -249,3 +256,18 @@ def test_a_batched_dataset_says_its_batch_size_and_samples_on_keras_3s_tensorflo
     from tests.unit.test_tensorflow_private import assert_batched_samples_readable
 
     assert_batched_samples_readable(tf)
+
+
+def test_fit_iterators_are_the_ones_keras_makes_in_one_process():
+    """kscale feeds a strategy the orders one process trains on by drawing as many orders of a seeded
+    shuffle as Keras' fit does (KERAS3_FIT_ITERATORS): fails when Keras makes more or fewer iterators."""
+    if keras.config.backend() != "tensorflow":  # tf.data datasets are cut for strategies only
+        return
+    from tests.dataset_passes import orders_fit_trains_on
+
+    iterators = _keras_private.KERAS3_FIT_ITERATORS
+    trained, after = orders_fit_trains_on(keras, epochs=3)
+    first = iterators.before_first_epoch
+    step = 1 + iterators.after_each_epoch
+    assert trained == [first, first + step, first + 2 * step]
+    assert after == first + 3 * step

@@ -164,3 +164,16 @@ def test_weights_files_load_under_a_strategy_with_their_arrays_read_whole(tmp_pa
         assert "Dataset" in str(err)
     with _keras_private.h5_weights_read_whole(tf.keras):
         model.load_weights(path)
+
+
+def test_fit_iterators_are_the_ones_keras_makes_in_one_process():
+    """kscale feeds a strategy the orders one process trains on by drawing as many orders of a seeded
+    shuffle as Keras' fit does (KERAS2_FIT_ITERATORS): fails when Keras makes more or fewer iterators."""
+    from tests.dataset_passes import orders_fit_trains_on
+
+    iterators = _keras_private.KERAS2_FIT_ITERATORS
+    trained, after = orders_fit_trains_on(tf.keras, epochs=3)
+    first = iterators.before_first_epoch
+    step = 1 + iterators.after_each_epoch
+    assert trained == [first, first + step, first + 2 * step]
+    assert after == first + 3 * step

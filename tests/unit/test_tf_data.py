@@ -329,6 +329,38 @@ def test_split_first_batches_cuts_them_in_halves_and_keeps_every_sample():
     assert [len(y) for _, y in split_first_batches(dataset, 0)] == [3, 3, 1]
 
 
+def test_split_first_batches_reads_a_reshuffling_dataset_once():
+    """A seeded shuffle() draws a new order for every pass: cutting the first batches must not read a
+    second pass for the others (some samples twice, others never)."""
+    from kscale.tf_data import split_first_batches
+
+    dataset = tf.data.Dataset.range(12).shuffle(12, seed=3).batch(3)
+    for _ in range(3):
+        samples = np.concatenate(list(split_first_batches(dataset, 2).as_numpy_iterator()))
+        np.testing.assert_array_equal(np.sort(samples), np.arange(12))
+
+
+def test_epochs_in_one_process_order_reads_the_passes_one_process_reads():
+    """Each epoch's pass is the one a seeded shuffle gives the iterator one process's fit reads then: after
+    the iterators Keras' fit makes and drops (FitIterators), and no pass is begun after the last epoch."""
+    from kscale._keras_private import FitIterators
+    from kscale.tf_data import after_last_epoch, epochs_in_one_process_order
+
+    def shuffled():
+        return tf.data.Dataset.range(6).shuffle(6, seed=5)
+
+    reference = shuffled()
+    passes = [list(reference.as_numpy_iterator()) for _ in range(16)]
+    for before, after in ((1, 0), (0, 1), (2, 3)):
+        dataset = shuffled()
+        iterators = FitIterators(before_first_epoch=before, after_each_epoch=after)
+        stream = list(epochs_in_one_process_order(dataset, dataset, 3, iterators).as_numpy_iterator())
+        read = [before + e * (1 + after) for e in range(3)]
+        assert stream == [v for i in read for v in passes[i]]
+        after_last_epoch(dataset, iterators)
+        assert list(dataset.as_numpy_iterator()) == passes[before + 3 * (1 + after)]
+
+
 def test_split_first_batches_refuses_to_make_an_empty_batch():
     from kscale.tf_data import split_first_batches
 
