@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,6 +82,58 @@ def launch(worker_env):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def launch_with_progress(worker_env):
+    """Run a command that does many things in turn and prints a line with `mark` after each: its output
+    and status.
+
+    Its time budget is per thing, not for the whole: the command is stopped (as a hang) only when
+    `each` seconds pass without a new `mark` line, so a slower or busier machine makes it slower, never
+    red, and a job of 40 programs gets 40 programs' time. `limit` caps the whole all the same."""
+
+    def run(
+        args: list[str], mark: str, each: float = 300, limit: float = 7200, **extra_env: str
+    ) -> subprocess.CompletedProcess:
+        process = subprocess.Popen(
+            [str(a) for a in args],
+            env=worker_env(**extra_env),
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its workers too are stopped with it
+        )
+        lines: list[str] = []
+        last = [time.monotonic()]
+
+        def read() -> None:
+            for line in process.stdout:
+                lines.append(line)
+                if mark in line:  # launchers prefix each line with its rank
+                    last[0] = time.monotonic()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        start, why = time.monotonic(), ""
+        while process.poll() is None:
+            now = time.monotonic()
+            if now - last[0] > each or now - start > limit:
+                why = (
+                    f"\n[test] stopped: no line with {mark!r} for {each} s"
+                    if now - last[0] > each
+                    else f"\n[test] stopped: running for more than {limit} s"
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                break
+            time.sleep(0.5)
+        process.wait()
+        reader.join(timeout=10)
+        return subprocess.CompletedProcess(args, process.returncode, "".join(lines) + why)
 
     return run
 

@@ -62,26 +62,38 @@ def _programs_of_this_lane() -> list[str]:
     ]
 
 
+#: Seconds one program may take, in a job that runs them all in turn, before the job counts as hung
+#: (one takes 2 to 20 s on a quiet 2-core machine): the job's budget grows with its programs.
+EACH_PROGRAM = 300
+#: Where the module's two launches may run (each program's time, and the workers' start-up).
+JOBS_LIMIT = 2 * EACH_PROGRAM * (len(PROGRAMS) + 2)
+
+
 @pytest.fixture(scope="module")
-def reference(launch, tmp_path_factory) -> Path:
+def reference(launch_with_progress, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("conformance") / "reference"
-    done = launch([sys.executable, RUNNER, "reference", out], timeout=300)
+    done = launch_with_progress(
+        [sys.executable, RUNNER, "reference", out], mark="conformance: ", each=EACH_PROGRAM
+    )
     assert done.returncode == 0, done.stdout[-6000:]
     return out
 
 
 @pytest.fixture(scope="module", params=lane_ways())
-def run(request, launch, tmp_path_factory) -> tuple[str, Path, int]:
-    """One launch per way of running: every program in turn, as the job's workers."""
+def run(request, launch_with_progress, tmp_path_factory) -> tuple[str, Path, int]:
+    """One launch per way of running: every program in turn, as the job's workers. Timed per program: the
+    job is stopped as hung only when no rank finishes a program for EACH_PROGRAM seconds."""
     way = request.param
     command, ranks, after = WAYS[way]
     out = tmp_path_factory.mktemp("conformance") / way
-    done = launch([*command, "distributed", out, *after], timeout=420)
+    done = launch_with_progress(
+        [*command, "distributed", out, *after], mark="conformance: ", each=EACH_PROGRAM
+    )
     assert done.returncode == 0, done.stdout[-6000:]
     return way, out, ranks
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(JOBS_LIMIT)
 @pytest.mark.parametrize("program", _programs_of_this_lane())
 def test_program_trains_as_in_one_process(program, reference, run):
     way, out, ranks = run
