@@ -15,11 +15,16 @@ def results_from_states(
     logs: dict,
     reduced_states: Callable[[list], list],
     average: Callable[[list[float]], list[float]],
+    to_numpy: Callable[[Any], np.ndarray] = np.array,
 ) -> dict:
     """`logs` as one process given every worker's data reports them: every metric's state (totals, counts,
     true positives...) replaced by `reduced_states(variables)` (summed over workers, say) and the results
     computed from it, also for AUC, precision or means over parts of different sizes; numbers that are no
-    metric's result are `average`d. The model's own metric states are left as they were."""
+    metric's result are `average`d. The model's own metric states are left as they were.
+
+    The results are copied (`to_numpy`, a copy on the host) before the states are put back: a result may be
+    the state itself (Keras 3 on torch: `TruePositives` returns `accumulator[0]`, a view of its variable,
+    which the assignment back would turn into this worker's own count again)."""
     variables = [variable for metric in model.metrics for variable in metric.variables]
     exact: dict = {}
     if variables:
@@ -27,7 +32,7 @@ def results_from_states(
         try:
             for variable, value in zip(variables, reduced_states(variables)):
                 variable.assign(value)
-            exact = {k: v for k, v in model.get_metrics_result().items() if k in logs}
+            exact = {k: log_value(to_numpy(v)) for k, v in model.get_metrics_result().items() if k in logs}
         finally:
             for variable, value in zip(variables, local):
                 variable.assign(value)

@@ -250,10 +250,19 @@ class Backend(abc.ABC):
 
         Here the mean of the workers' numbers, which is exact where there is nothing to combine (one
         process; a tf.distribute strategy, whose metric states are summed over replicas when read).
-        Backends whose workers compute alone (Horovod) combine the metric states instead.
+        Backends whose workers compute alone (Horovod) combine the metric states instead. A result with one
+        number per threshold or class (`Precision(thresholds=[...])`, `FBetaScore()`) is averaged number by
+        number and keeps its shape.
         """
-        names = list(logs)
-        return dict(zip(names, self.average([float(logs[name]) for name in names])))
+        arrays = {name: np.asarray(value) for name, value in logs.items()}
+        flat = self.average([float(v) for array in arrays.values() for v in array.reshape(-1)])
+        bounds = np.cumsum([0] + [array.size for array in arrays.values()])
+        return {
+            name: float(flat[start])
+            if array.ndim == 0
+            else np.reshape(flat[start:end], array.shape).astype(array.dtype)
+            for (name, array), start, end in zip(arrays.items(), bounds[:-1], bounds[1:])
+        }
 
     def evaluate(
         self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict

@@ -146,7 +146,9 @@ class TorchBackend(Backend):
         from them: what one process evaluating all the data reports."""
         if self.num_workers == 1:
             return logs
-        return results_from_states(model, logs, self.reduced_metric_states, self.average)
+        return results_from_states(
+            model, logs, self.reduced_metric_states, self.average, keras.ops.convert_to_numpy
+        )
 
     def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
         rows = self._gather_arrays([np.asarray(v.numpy()) for v in variables])

@@ -67,3 +67,38 @@ def test_metric_states_combine_by_their_aggregation_not_only_by_sum():
     total, mean, first, default = reduce_by_aggregation(states, rows)
     assert total.tolist() == [4.0, 6.0] and mean.tolist() == [2.0, 3.0]
     assert first.tolist() == [1.0, 2.0] and default.tolist() == [4.0, 6.0]
+
+
+def test_a_metric_result_that_is_its_own_state_is_read_before_the_state_is_put_back():
+    """Keras 3 on torch: `TruePositives().result()` is `accumulator[0]`, a view of its variable. The result
+    computed from the workers' summed counts must be kept as it was then, not read after this worker's own
+    counts are assigned back (each rank reported its own counts)."""
+    import types
+
+    from kscale.metric_states import results_from_states
+
+    class Variable:
+        def __init__(self, values):
+            self.value = np.array(values, np.float32)
+
+        def numpy(self):
+            return self.value
+
+        def assign(self, values):
+            np.copyto(self.value, values)  # in place, as torch's variables are
+
+    counts, thresholds = Variable([3.0]), Variable([1.0, 2.0])
+    metrics = [types.SimpleNamespace(variables=[counts]), types.SimpleNamespace(variables=[thresholds])]
+    model = types.SimpleNamespace(
+        metrics=metrics,
+        get_metrics_result=lambda: {"true_positives": counts.value[0:1].reshape(()), "at": thresholds.value},
+    )
+    logs = {"true_positives": 3.0, "at": np.array([1.0, 2.0]), "other": 5.0}
+    exact = results_from_states(
+        model,
+        logs,
+        lambda variables: [2 * v.numpy() for v in variables],
+        lambda values: [v + 1 for v in values],
+    )
+    assert exact["true_positives"] == 6.0 and exact["at"].tolist() == [2.0, 4.0] and exact["other"] == 6.0
+    assert counts.value.tolist() == [3.0] and thresholds.value.tolist() == [1.0, 2.0]  # put back

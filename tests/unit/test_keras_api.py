@@ -153,6 +153,31 @@ def test_batch_methods_match_plain_keras(kind):
     np.testing.assert_allclose(distributed.predict_on_batch(X), twin.predict_on_batch(X), rtol=1e-6)
 
 
+def test_metrics_with_a_result_per_threshold_or_class_evaluate_as_in_plain_keras():
+    """Precision at several thresholds, F-beta per class: results that are arrays (a TypeError before)."""
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    y = np.eye(2, dtype="float32")[(x[:, 0] > 0).astype(int)]
+
+    def model() -> tf.keras.Model:
+        kscale.set_seed(0)
+        made = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, activation="softmax")])
+        metrics = [
+            tf.keras.metrics.Precision(thresholds=[0.3, 0.7], name="precision"),
+            tf.keras.metrics.FBetaScore(name="fbeta"),
+        ]
+        made.compile(optimizer="sgd", loss="categorical_crossentropy", metrics=metrics)
+        return made
+
+    plain, distributed = model(), kscale.distribute(model(), print_plan=False)
+    expected = plain.evaluate(x, y, verbose=0, return_dict=True)
+    results = distributed.evaluate(x, y, verbose=0, return_dict=True)
+    assert results.keys() == expected.keys() and np.asarray(results["precision"]).shape == (2,)
+    for name, value in expected.items():
+        np.testing.assert_allclose(results[name], value, rtol=1e-6)
+    history = distributed.fit(x, y, validation_data=(x, y), verbose=0).history
+    assert np.asarray(history["val_fbeta"][0]).shape == (2,)
+
+
 def test_compile_again_keeps_the_distribution_and_scales_the_new_rate(kind, distribute_as_worker):
     distributed = distribute_as_worker(compiled(kind, lr=0.05), num_workers=2)
     assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.1)
