@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -397,3 +398,57 @@ class FitIterators:
 KERAS2_FIT_ITERATORS = FitIterators(before_first_epoch=1, after_each_epoch=0)
 #: Keras 3 (3.15): EpochIterator makes one when an epoch starts and another when it has read the data.
 KERAS3_FIT_ITERATORS = FitIterators(before_first_epoch=0, after_each_epoch=1)
+
+
+def sum_batch_statistics_over(layer: Any, all_sum: Any) -> bool:
+    """Make tf.keras' `BatchNormalization(synchronized=True)` `layer` take the batch statistics of every
+    worker's batch together, summed by `all_sum` (a sum over workers of one tensor, with its gradient):
+    what the layer does over a tf.distribute strategy's replicas. False where `layer` is no such layer.
+
+    tf.keras sums its statistics with the replica context's `all_reduce`; with no strategy (Horovod's one
+    replica per process) that is a sum over this process alone, and every worker normalized by its own
+    batch. The layer computes them in one private method, `_calculate_mean_and_var(inputs,
+    reduction_axes, keep_dims, mask)` (Horovod's own SyncBatchNormalization overrides `_moments` around
+    it); this one, bound to the layer object, makes the same sums (of x, of x², of the count) as
+    `_sync_calculate_mean_and_var`, over the workers. Inference (moving statistics) is unchanged. What a
+    SavedModel keeps is traced as the layer is, so that it loads where Horovod's ops are not.
+    """
+    if getattr(layer, "synchronized", False) is not True or not hasattr(layer, "_calculate_mean_and_var"):
+        return False
+    import tensorflow as tf
+
+    from kscale import _tensorflow_private
+
+    own = type(layer)._calculate_mean_and_var
+
+    def _calculate_mean_and_var(
+        self: Any, inputs: Any, reduction_axes: Any, keep_dims: Any, mask: Any = None
+    ):
+        if _tensorflow_private.writing_a_saved_model():
+            return own(self, inputs, reduction_axes, keep_dims, mask=mask)
+        y = tf.cast(inputs, tf.float32) if inputs.dtype == tf.float16 else inputs
+        if mask is None:
+            count = tf.ones_like(y)
+        else:
+            weights = tf.expand_dims(tf.cast(mask, y.dtype), axis=-1)
+            y = y * weights
+            count = tf.broadcast_to(weights, tf.shape(y))
+        local = tf.stack(
+            [
+                tf.reduce_sum(y, axis=reduction_axes, keepdims=True),
+                tf.reduce_sum(tf.square(y), axis=reduction_axes, keepdims=True),
+                tf.reduce_sum(count, axis=reduction_axes, keepdims=True),
+            ]
+        )
+        total, squared_total, count_total = tf.unstack(all_sum(local))
+        mean = total / count_total
+        variance = squared_total / count_total - tf.square(mean)
+        if not keep_dims:
+            mean = tf.squeeze(mean, reduction_axes)
+            variance = tf.squeeze(variance, reduction_axes)
+        if inputs.dtype == tf.float16:
+            return tf.cast(mean, tf.float16), tf.cast(variance, tf.float16)
+        return mean, variance
+
+    layer._calculate_mean_and_var = types.MethodType(_calculate_mean_and_var, layer)
+    return True

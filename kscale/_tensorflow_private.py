@@ -67,3 +67,13 @@ def batched_samples(dataset: Any) -> tuple[int, int] | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return None if drop or size < 1 or samples < 0 else (size, samples)
+
+
+def writing_a_saved_model() -> bool:
+    """Whether this thread is writing a SavedModel now (`tf.saved_model.save`, and tf.keras' `model.save`
+    in TensorFlow's format, which calls it): the functions traced then are the ones written, which a
+    process without Horovod's ops must be able to load. TensorFlow keeps it in `save_context`, which its
+    own saving code reads; no public API says it."""
+    from tensorflow.python.saved_model import save_context
+
+    return save_context.in_save_context()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _horovod_private, _optional, sharding
+from kscale import _horovod_private, _keras_private, _optional, sharding
 from kscale.backends.base import Backend
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
@@ -95,6 +95,9 @@ class HorovodBackend(Backend):
         variables = rebuild.existing_variables(model)  # none yet: once built (build_on_first_batch)
         if not self.env.elastic and variables:
             _optional.horovod_tensorflow().broadcast_variables(variables, root_rank=0)
+        # BatchNormalization(synchronized=True): the global batch's statistics, as under tf.distribute.
+        for layer in model.submodules:
+            _keras_private.sum_batch_statistics_over(layer, _sum_over_workers)
         return model
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: HorovodOptions) -> Any:
@@ -224,6 +227,12 @@ class HorovodBackend(Backend):
         """Wait until every rank gets here (Horovod 0.28's TensorFlow API has no barrier)."""
         hvd_tf = _optional.horovod_tensorflow()
         hvd_tf.allreduce(tf.constant(0.0), op=hvd_tf.Sum, name="kscale.barrier")
+
+
+def _sum_over_workers(tensor: tf.Tensor) -> tf.Tensor:
+    """The sum of `tensor` over every worker, differentiable (the gradient is summed the same way)."""
+    hvd_tf = _optional.horovod_tensorflow()
+    return hvd_tf.allreduce(tensor, op=hvd_tf.Sum, name="kscale.batch_statistics")
 
 
 def average_every_update(optimizer: Any) -> None:

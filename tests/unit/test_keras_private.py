@@ -177,3 +177,39 @@ def test_fit_iterators_are_the_ones_keras_makes_in_one_process():
     step = 1 + iterators.after_each_epoch
     assert trained == [first, first + step, first + 2 * step]
     assert after == first + 3 * step
+
+
+def test_synchronized_batch_norm_takes_the_statistics_summed_over_workers():
+    """tf.keras' BatchNormalization(synchronized=True) computes its batch statistics in
+    `_calculate_mean_and_var`: given the other worker's sums, one worker's layer normalizes and updates its
+    moving statistics as the layer does over both workers' batches in one process."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    first, second = (rng.normal(2.0, 3.0, size=(4, 3, 3, 2)).astype("float32") for _ in range(2))
+    whole = tf.keras.layers.BatchNormalization(synchronized=True, momentum=0.5)
+    expected = whole(np.concatenate([first, second]), training=True).numpy()[:4]
+    other = np.stack([second.sum((0, 1, 2)), (second**2).sum((0, 1, 2)), np.full(2, 36.0)])[
+        :, None, None, None
+    ]
+    layer = tf.keras.layers.BatchNormalization(synchronized=True, momentum=0.5)
+    assert _keras_private.sum_batch_statistics_over(layer, lambda local: local + other)
+    np.testing.assert_allclose(layer(first, training=True).numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(layer.moving_mean.numpy(), whole.moving_mean.numpy(), atol=1e-5)
+    np.testing.assert_allclose(layer.moving_variance.numpy(), whole.moving_variance.numpy(), atol=1e-4)
+    assert not _keras_private.sum_batch_statistics_over(tf.keras.layers.BatchNormalization(), None)
+    assert not _keras_private.sum_batch_statistics_over(tf.keras.layers.Dense(1), None)
+
+
+def test_synchronized_batch_norm_is_saved_as_it_is(tmp_path):
+    """A SavedModel traces the layer's own statistics (no sum over workers, whose ops a process without
+    Horovod could not load)."""
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.BatchNormalization(synchronized=True)])
+    calls = []
+    assert _keras_private.sum_batch_statistics_over(model.layers[0], lambda local: calls.append(1) or local)
+    model(tf.ones((2, 3)), training=True)
+    assert calls == [1]
+    tf.saved_model.save(model, str(tmp_path / "tensorflow"))
+    model.save(str(tmp_path / "keras"), save_format="tf")
+    assert calls == [1]
+    tf.keras.models.load_model(str(tmp_path / "keras"))(tf.ones((2, 3)), training=True)

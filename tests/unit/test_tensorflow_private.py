@@ -32,3 +32,18 @@ def assert_batched_samples_readable(tf) -> None:
     assert _tensorflow_private.batched_samples(base.batch(16, drop_remainder=True)) is None
     assert _tensorflow_private.batched_samples(base.batch(16).shuffle(3)) is None
     assert _tensorflow_private.batched_samples(base) is None
+
+
+def test_tensorflow_says_when_a_saved_model_is_being_written(tmp_path):
+    """Synchronized batch normalization under Horovod is traced as the layer is while a SavedModel is written."""
+    seen = []
+
+    class Traced(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def __call__(self, x):
+            seen.append(_tensorflow_private.writing_a_saved_model())
+            return x
+
+    tf.saved_model.save(Traced(), str(tmp_path / "saved"))  # traced there, as it is written
+    assert seen == [True]
+    assert _tensorflow_private.writing_a_saved_model() is False
