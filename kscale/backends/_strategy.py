@@ -135,7 +135,7 @@ class StrategyBackend(Backend):
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
     ) -> None:
-        self.family.check_strategy_compile(self, args)
+        self.family.check_strategy_compile(self, args, optimizer, options)
         # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
         with self.strategy.scope():
             compile_fn(

@@ -93,7 +93,7 @@ class Keras2Family:
         _keras_private.set_model_strategy(model, strategy)
         return True
 
-    def check_strategy_compile(self, backend: Any, args: dict) -> None:
+    def check_strategy_compile(self, backend: Any, args: dict, optimizer: Any, options: Any) -> None:
         """Nothing to refuse."""
 
     # -- the optimizer and its learning rate -------------------------------------------------------------------

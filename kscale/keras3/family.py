@@ -128,16 +128,31 @@ class Keras3Family:
                 "(KERAS_BACKEND=jax, `kscale run --engine jax`)."
             )
 
-    def check_strategy_compile(self, backend: Any, args: dict) -> None:
+    def check_strategy_compile(self, backend: Any, args: dict, optimizer: Any, options: Any) -> None:
         """Keras 3's TensorFlow trainer fails under a strategy with steps_per_execution > 1 (deep in its
-        symbolic step: "You must feed a value for placeholder tensor"; Keras 3.15.1, without kscale too)."""
+        symbolic step: "You must feed a value for placeholder tensor"; Keras 3.15.1, without kscale too), and
+        with an optimizer that accumulates gradients (its update is applied inside a `Cond`, where the
+        strategy cannot merge the replicas' updates: "`merge_call` called while defining a new graph")."""
+        if backend.num_replicas < 2:
+            return
         steps = args.get("steps_per_execution") or 1
-        if backend.num_replicas > 1 and isinstance(steps, int) and steps > 1:
+        if isinstance(steps, int) and steps > 1:
             raise BackendError(
                 f"compile(steps_per_execution={steps}) fails in Keras 3's TensorFlow trainer under a "
                 f"tf.distribute strategy (the {backend.name} backend), a bug of Keras itself. Compile with "
                 "steps_per_execution=1 (the default) here, or train with Keras 3 on JAX (KERAS_BACKEND=jax, "
                 "`kscale run --engine jax`), where it works."
+            )
+        accumulation = max(_accumulation_steps(optimizer), options.gradient_accumulation_steps)
+        if accumulation > 1:
+            raise BackendError(
+                f"gradient_accumulation_steps={accumulation} (the optimizer's, or kscale's option) fails in "
+                f"Keras 3's TensorFlow trainer under a tf.distribute strategy (the {backend.name} backend): "
+                "the optimizer applies the accumulated gradients inside a conditional, where the strategy "
+                "cannot combine the replicas' updates, a bug of Keras itself (plain Keras with "
+                "MirroredStrategy fails the same way). Train without gradient accumulation here, or train "
+                "with Keras 3 on JAX (KERAS_BACKEND=jax, `kscale run --engine jax`) or on PyTorch "
+                "(KERAS_BACKEND=torch, `kscale run --engine torch`), where it trains as one process."
             )
 
     # -- the optimizer and its learning rate -------------------------------------------------------------------
@@ -225,6 +240,13 @@ class Keras3Family:
         local.set_weights(weights)
         rebuild.copy_preprocessing_state(model, local)
         return local
+
+
+def _accumulation_steps(optimizer: Any) -> int:
+    """The steps `optimizer` (or the one a LossScaleOptimizer holds) accumulates gradients over; 1 for none."""
+    inner = getattr(optimizer, "inner_optimizer", None)
+    own = getattr(optimizer, "gradient_accumulation_steps", None) or 1
+    return max(own, _accumulation_steps(inner) if inner is not None else 1)
 
 
 def _has_no_call(model: Any) -> bool:

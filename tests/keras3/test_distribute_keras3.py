@@ -145,6 +145,57 @@ def test_gradient_accumulation_is_the_optimizers_own_option(distribute_as_worker
         distribute_as_worker(tiny_model(), gradient_accumulation_steps=0)
 
 
+@pytest.mark.timeout(240)
+def test_gradient_accumulation_under_a_strategy_is_refused_before_training_in_either_form():
+    """Keras 3's TensorFlow trainer fails under a tf.distribute strategy on an optimizer that accumulates
+    gradients (a raw RuntimeError from its Cond): a BackendError at distribute(), whether the optimizer
+    was made with gradient_accumulation_steps (inside a LossScaleOptimizer too) or kscale's option asks
+    for it."""
+    if KERAS_BACKEND != "tensorflow":
+        return  # JAX and torch train it (tests/conformance/programs/gradient_accumulation.py)
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import keras
+        import kscale
+
+        def model(optimizer):
+            made = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+            made.compile(optimizer=optimizer, loss="mse")
+            return made
+
+        accumulating = keras.optimizers.SGD(0.1, gradient_accumulation_steps=2)
+        for name, made, options in [
+            ("optimizer", model(accumulating), {}),
+            ("loss scaling", model(keras.optimizers.LossScaleOptimizer(accumulating)), {}),
+            ("option", model(keras.optimizers.SGD(0.1)), {"gradient_accumulation_steps": 3}),
+        ]:
+            try:
+                kscale.distribute(made, print_plan=False, **options)
+                print(name, "distributed")
+            except kscale.BackendError as err:
+                print(name, "refused:", err)
+        """
+    )
+    env = {**os.environ, "KSCALE_BACKEND": "mirrored", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    for name, steps in (("optimizer", 2), ("loss scaling", 2), ("option", 3)):
+        refused = [line for line in lines if line.startswith(f"{name} refused:")]
+        assert refused and f"gradient_accumulation_steps={steps}" in refused[0], done.stdout
+        assert "KERAS_BACKEND=jax" in refused[0] and "KERAS_BACKEND=torch" in refused[0]
+
+
 class Recorder(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.model.save(self.path)
