@@ -131,3 +131,16 @@ def allreduce_without_autograph(wrapped: Any) -> None:
     python_function = getattr(getattr(wrapped, "_allreduce_grads", None), "python_function", None)
     if python_function is not None:
         wrapped._allreduce_grads = tf.function(python_function, autograph=False)
+
+
+def weigh_before_allreduce(wrapped: Any, weigh: Any) -> None:
+    """Give the gradients Horovod's DistributedOptimizer averages `weigh(gradients)` first: a replica's
+    share of a step whose slices differ in size (kscale.step_weights). `_allreduce(grads, vars)` is where
+    both of its paths meet (compute_gradients, which minimize calls, and kscale's aggregate_gradients);
+    Horovod has no public hook before its average. Bound to the object, as the rest of kscale's wrapping."""
+    cls = type(wrapped)
+
+    def _allreduce(self: Any, grads: Any, variables: Any) -> Any:
+        return cls._allreduce(self, weigh(list(grads)), variables)
+
+    wrapped._allreduce = types.MethodType(_allreduce, wrapped)

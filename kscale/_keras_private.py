@@ -280,19 +280,14 @@ def is_fit_validation(evaluate_kwargs: dict) -> bool:
     return bool(evaluate_kwargs.get(_FIT_VALIDATION_FLAG))
 
 
-def without_fit_validation_flag(evaluate_kwargs: dict) -> dict:
-    """evaluate()'s arguments as a call of one's own takes them (a copy of the model has no cached data)."""
-    return {k: v for k, v in evaluate_kwargs.items() if k != _FIT_VALIDATION_FLAG}
-
-
 @contextlib.contextmanager
 def keras3_strategy_fixed() -> Iterator[None]:
     """Keras 3's TensorFlow trainer corrected to run under MultiWorkerMirroredStrategy (keras-team/keras#20585)
     and under MirroredStrategy with string inputs, for the time of the `with` block only; Keras' own code is
     back in place after it.
 
-    Two private pieces of `keras.src.backend.tensorflow.trainer` fail, and Keras has no public switch for
-    either (tests/keras3/test_keras3_private.py fails when a Keras release changes them):
+    Three private pieces of Keras' TensorFlow trainer fail, and Keras has no public switch for any
+    (tests/keras3/test_keras3_private.py fails when a Keras release changes them):
 
     - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
       `strategy.reduce("MEAN", batch)`, which CollectiveAllReduce cannot do for a tuple of tensors, and no
@@ -300,12 +295,15 @@ def keras3_strategy_fixed() -> Iterator[None]:
       symbolic build needs the batch's shapes and dtypes only: the first replica's element spec of the
       data (the epoch iterator's `_get_iterator()`, a PerReplicaSpec's `_value_specs`) is used instead,
       and no batch is read.
+    - `CompileLoss.call` weighs each output's own loss tracker by the static batch size, None in a
+      strategy's step over batches of varying size (Keras then weighs every batch alike: per-output
+      losses off where one process's are not): the rows of the batch, read when the step runs.
     - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
       ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
       where they have no dimension.
 
-    The second leaves any other strategy to Keras' own code. The step functions Keras traces inside
-    the block keep the corrected reduction; nested blocks are one.
+    The last leaves any other strategy to Keras' own code. The step functions Keras traces inside
+    the block keep the corrected code; nested blocks are one.
     """
     import importlib
 
@@ -339,6 +337,30 @@ def keras3_strategy_fixed() -> Iterator[None]:
     original_reduce = trainer.reduce_per_replica
     original_build = trainer.TensorFlowTrainer._maybe_symbolic_build
     in_multi_worker = trainer._collective_all_reduce_multi_worker
+    compile_loss = importlib.import_module("keras.src.trainers.compile_utils").CompileLoss
+    original_loss_call = compile_loss.call
+
+    def loss_call(self: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        # Each output's own loss tracker is weighed by `tree.flatten(y_pred)[0].shape[0]`, the static
+        # batch size: None in a strategy's step, whose batches differ in size, so Keras weighed every
+        # batch alike. The batch's rows instead, read when the step runs.
+        import keras
+
+        rows = keras.ops.shape(tree.flatten(y_pred)[0])[0]
+        trackers = [m for m in self.metrics if m is not None]
+
+        def weighed(update: Any) -> Any:
+            return lambda values, sample_weight=None: update(
+                values, sample_weight=rows if sample_weight is None else sample_weight
+            )
+
+        for tracker in trackers:
+            object.__setattr__(tracker, "update_state", weighed(tracker.update_state))
+        try:
+            return original_loss_call(self, y_true, y_pred, sample_weight)
+        finally:
+            for tracker in trackers:
+                object.__delattr__(tracker, "update_state")
 
     def reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
         if in_multi_worker(strategy) and reduction in ("auto", "mean"):
@@ -371,12 +393,14 @@ def keras3_strategy_fixed() -> Iterator[None]:
 
     trainer.reduce_per_replica = reduce_per_replica
     trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    compile_loss.call = loss_call
     trainer._kscale_multi_worker_fixed = True
     try:
         yield
     finally:
         trainer.reduce_per_replica = original_reduce
         trainer.TensorFlowTrainer._maybe_symbolic_build = original_build
+        compile_loss.call = original_loss_call
         trainer._kscale_multi_worker_fixed = False
 
 
@@ -398,6 +422,33 @@ class FitIterators:
 KERAS2_FIT_ITERATORS = FitIterators(before_first_epoch=1, after_each_epoch=0)
 #: Keras 3 (3.15): EpochIterator makes one when an epoch starts and another when it has read the data.
 KERAS3_FIT_ITERATORS = FitIterators(before_first_epoch=0, after_each_epoch=1)
+
+
+def symbolic_build_without(model: Any, batch_of: Any) -> None:
+    """Keras 3 builds a model before fit's first step from a batch it reads itself
+    (`Trainer._symbolic_build`: on JAX and torch always, on TensorFlow under a strategy) and unpacks it as
+    (x, y, sample_weight): a batch kscale feeds with a replica's gradient weight around it
+    (kscale.step_weights.Weighted) must reach it as `batch_of(batch)`. Keras has no public hook there.
+    Bound to the object (once), as Keras binds `train_function`."""
+    if "_kscale_symbolic_build" in vars(model):
+        return
+    build = model._symbolic_build
+
+    def batches(iterator: Any) -> Iterator[tuple]:
+        for begin, end, data in iterator:
+            if isinstance(data, list | tuple):  # JAX, torch: one execution's batches
+                yield begin, end, [batch_of(batch) for batch in data]
+            else:  # TensorFlow: an iterator, read as Keras reads it
+                yield begin, end, map(batch_of, data)
+
+    def _symbolic_build(iterator: Any = None, data_batch: Any = None) -> Any:
+        return build(
+            iterator=None if iterator is None else batches(iterator),
+            data_batch=None if data_batch is None else batch_of(data_batch),
+        )
+
+    object.__setattr__(model, "_symbolic_build", _symbolic_build)
+    object.__setattr__(model, "_kscale_symbolic_build", True)
 
 
 def sum_batch_statistics_over(layer: Any, all_sum: Any) -> bool:

@@ -29,7 +29,7 @@ from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
-from kscale.sharding import FeedRequest, Shard, class_weighted, flatten, is_array_data, split_validation
+from kscale.sharding import Feed, FeedRequest, Shard, class_weighted, flatten, is_array_data, split_validation
 
 _KERAS_DEFAULT_BATCH = 32
 _STATE = "_kscale_state"
@@ -90,6 +90,7 @@ def distribute(model: Any, **options: Any) -> Any:
         optimizer = model.optimizer
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
     placed = backend.place_model(model)
+    backend.watch_step_weights(placed)
     plan = Plan(
         backend=backend.name,
         num_workers=backend.num_workers,
@@ -325,6 +326,7 @@ def _fit_in_this_world(
     request = dataclasses.replace(request, epochs=max(1, a.get("epochs", 1) - a.get("initial_epoch", 0)))
     _check_same_data(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
+    _check_same_feed(backend, request, feed)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
     if feed.shuffle is not None:  # the feed shuffles itself (alike on every worker)
@@ -334,10 +336,11 @@ def _fit_in_this_world(
         given = a.get("validation_batch_size")
         val_batch = _per_replica_batch(state, given) if given else per_replica
         val_request = _request(
-            state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True, model=self
+            state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True
         )
         _check_same_data(backend, val_request, vx, vy, vsw)
         val = backend.feed(vx, vy, vsw, val_request)
+        _check_same_feed(backend, val_request, val)
         parts = tuple(v for v in (val.x, val.y, val.sample_weight) if v is not None)
         a["validation_data"] = parts[0] if len(parts) == 1 else parts
         a["validation_steps"] = val.steps
@@ -350,7 +353,7 @@ def _fit_in_this_world(
             epochs_after=a.get("epochs", 1),
             steps_per_epoch_before=user_steps,
             steps_per_epoch_after=feed.epoch_steps,
-            notes=(*backend.notes(), *feed.notes),
+            notes=(*backend.notes(), *backend.model_notes(self), *feed.notes),
         ),
     )
     _print_plan_once(self)
@@ -412,17 +415,16 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' evaluate on this worker's part of the data, averaged over workers: the same on every rank."""
     state = _state(self)
     if _keras_private.is_fit_validation(kwargs):  # Keras' own fit validating: its data is already fed
-        return state.backend.evaluate(self, _keras(self, "evaluate"), kwargs, state.compile_args)
+        return state.backend.evaluate(self, _keras(self, "evaluate"), kwargs)
 
     backend = state.backend
     a = _arguments(self, "evaluate", args, kwargs)
     backend.build_on_first_batch(self, a.get("x"))
     per_replica = _per_replica_batch(state, a.get("batch_size"))
-    request = _request(
-        state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True, model=self
-    )
+    request = _request(state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True)
     _check_same_data(backend, request, a.get("x"), a.get("y"), a.get("sample_weight"))
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
+    _check_same_feed(backend, request, feed)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps=feed.steps)
     _set_batch_size(a, "batch_size", feed.batch_size)
     _quiet_unless_chief(a, backend)
@@ -547,7 +549,7 @@ def _averaged(model: Any, name: str, arguments: dict) -> Any:
     state.backend.build_on_first_batch(model, arguments.get("x"))
     arguments = {**arguments, "return_dict": True}
     if name == "evaluate":
-        logs = combined = state.backend.evaluate(model, _keras(model, name), arguments, state.compile_args)
+        logs = combined = state.backend.evaluate(model, _keras(model, name), arguments)
     else:
         with state.backend.keras_steps():
             logs = _keras(model, name)(**arguments)
@@ -628,6 +630,14 @@ def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
     arguments["verbose"] = arguments.get("verbose", "auto") if backend.is_chief else 0
 
 
+def _check_same_feed(backend: Backend, request: FeedRequest, feed: Feed) -> None:
+    """What a feed read to begin with (a generator's first step: kscale.sharding.GeneratorShard) must be
+    the same on every worker, as arrays must (one small gather)."""
+    if feed.fingerprint and request.shard.count > 1:
+        gathered = backend.gather(agreement.data_fingerprint(feed.fingerprint))
+        agreement.check_same_data(gathered, request.what)
+
+
 def _check_same_data(backend: Backend, request: FeedRequest, x: Any, y: Any, sample_weight: Any) -> None:
     """Data cut into a part per worker must be the same data on every worker (one small gather): else
     the parts overlap and miss samples (an unseeded shuffle or split), or are cut twice (a script that
@@ -659,7 +669,6 @@ def _request(
     user_steps: int | None,
     what: str,
     evaluation: bool = False,
-    model: Any = None,
 ) -> FeedRequest:
     """What one worker is asked to feed: its shard, and steps counted for one replica divided among them.
 
@@ -678,11 +687,8 @@ def _request(
         shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
     else:
         shard = Shard()
-    on_copy = False
-    if evaluation and model is not None:
-        shard = backend.evaluation_shard(model, shard)
-        on_copy = backend.evaluates_on_copy_of(model)
-    every_sample = policy is DataPolicy.EVERY_SAMPLE and not evaluation
+    if evaluation and backend.evaluates_whole():  # all of it on every process, in the batches given
+        shard, steps = Shard(), user_steps
     return FeedRequest(
         per_replica,
         shuffle,
@@ -691,9 +697,8 @@ def _request(
         policy.value,
         shard,
         backend.replicas_per_worker,
-        every_sample,
+        backend.equal_batches,
         evaluation,
-        on_copy,
     )
 
 

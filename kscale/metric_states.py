@@ -16,11 +16,15 @@ def results_from_states(
     reduced_states: Callable[[list], list],
     average: Callable[[list[float]], list[float]],
     to_numpy: Callable[[Any], np.ndarray] = np.array,
+    keep_states: bool = False,
 ) -> dict:
     """`logs` as one process given every worker's data reports them: every metric's state (totals, counts,
     true positives...) replaced by `reduced_states(variables)` (summed over workers, say) and the results
     computed from it, also for AUC, precision or means over parts of different sizes; numbers that are no
-    metric's result are `average`d. The model's own metric states are left as they were.
+    metric's result are `average`d. The model's own metric states are left as they were, or, with
+    `keep_states` (after evaluate, which begins from reset states), the reduced ones: the user's metric
+    objects then hold what one process's would (`metric.result()` after evaluate). Not after
+    `train_on_batch(reset_metrics=False)`, whose next call adds to them: summed again, they would count twice.
 
     The results are copied (`to_numpy`, a copy on the host) before the states are put back: a result may be
     the state itself (Keras 3 on torch: `TruePositives` returns `accumulator[0]`, a view of its variable,
@@ -34,8 +38,9 @@ def results_from_states(
                 variable.assign(value)
             exact = {k: log_value(to_numpy(v)) for k, v in model.get_metrics_result().items() if k in logs}
         finally:
-            for variable, value in zip(variables, local):
-                variable.assign(value)
+            if not keep_states:
+                for variable, value in zip(variables, local):
+                    variable.assign(value)
     others = [name for name in logs if name not in exact]
     if others:
         exact.update(zip(others, average([float(logs[name]) for name in others])))

@@ -24,9 +24,8 @@ class LRScaling(str, enum.Enum):
 class DataPolicy(str, enum.Enum):
     """What each worker trains on."""
 
-    SHARD = "shard"  # each worker a disjoint 1/N of the data; epochs stay as given
-    # like shard, but nothing is dropped: the last step is padded with zero-weighted samples (arrays)
-    EVERY_SAMPLE = "every_sample"
+    SHARD = "shard"  # each worker its part of the data, every sample of arrays used; epochs stay as given
+    EVERY_SAMPLE = "every_sample"  # the same as shard (arrays train on every sample under both)
     DIVIDE_EPOCHS = "divide_epochs"  # every worker all the data; epochs ÷ N, rounded up (seed 001)
     NONE = "none"  # the user shards the data; kscale touches neither data nor epochs
 

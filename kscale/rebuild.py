@@ -30,12 +30,18 @@ def require_compiled(model: Any) -> None:
         )
 
 
-def fresh_compile_args(args: dict, keras: Any, map_structure: Callable[[Callable, Any], Any]) -> dict:
+def fresh_compile_args(
+    args: dict,
+    keras: Any,
+    map_structure: Callable[[Callable, Any], Any],
+    keep: Callable[[Any], bool] = lambda obj: False,
+) -> dict:
     """compile() arguments whose metric and loss objects are new instances of the same configuration
-    (stateful metrics must be created inside a strategy's scope); the others shallow copies."""
+    (stateful metrics must be created inside a strategy's scope), but those `keep` says are fine as they
+    are (the user's own, whose state is theirs to read); the others shallow copies."""
 
     def fresh(obj: Any) -> Any:
-        if isinstance(obj, keras.metrics.Metric | keras.losses.Loss):
+        if isinstance(obj, keras.metrics.Metric | keras.losses.Loss) and not keep(obj):
             return obj.__class__.from_config(obj.get_config())
         return obj
 

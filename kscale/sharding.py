@@ -16,6 +16,7 @@ in the backends.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 from collections.abc import Callable
@@ -83,11 +84,15 @@ def num_samples(*structures: Any) -> int:
 
 
 def shard_arrays(structure: Any, shard: Shard, total: int | None = None) -> Any:
-    """Every `shard.count`-th sample from `shard.index`, after cutting to a multiple of `count` if even."""
-    if structure is None or shard.count == 1:
+    """Every `shard.count`-th sample from `shard.index` of the first `total`, after cutting to a multiple of
+    `count` if even."""
+    if structure is None:
         return structure
-    total = num_samples(structure) if total is None else total
+    whole = num_samples(structure)
+    total = whole if total is None else total
     usable = (total // shard.count) * shard.count if shard.even else total
+    if shard.count == 1 and usable == whole:
+        return structure
     return map_structure(lambda a: a[shard.index : usable : shard.count], structure)
 
 
@@ -144,13 +149,11 @@ class FeedRequest:
     shard: Shard = Shard()
     #: replicas this worker drives; Keras splits a worker's batch over them where it does so itself
     replicas_per_worker: int = 1
-    #: data_policy='every_sample' for training: every sample once per epoch, the last step padded
-    every_sample: bool = False
+    #: every process's batches must have the same rows (Keras 3 on JAX assembles one array of them):
+    #: a short last step is padded with zero-weighted rows there (`ArrayBatches`)
+    equal_batches: bool = False
     #: evaluate()'s data (its own or fit's validation data), not training data
     evaluation: bool = False
-    #: evaluated on this process's copy of the model (the backend's `evaluates_on_copy`): fed as one
-    #: process is, not to the backend's replicas
-    on_copy: bool = False
     #: the epochs Keras' fit will run over the training data (one pass of a dataset each)
     epochs: int = 1
 
@@ -172,6 +175,30 @@ class WorkerPart:
     longest: int | None = None  # the length of the largest worker's part (parts differ when not even)
     shortest: int | None = None  # the length of the smallest worker's part
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: arrays whose last step the global batch does not fill: how its samples are shared (else None)
+    last_step: LastStep | None = None
+    #: arrays every worker must have read alike, compared before training (a generator's first targets)
+    fingerprint: list | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LastStep:
+    """The last step of training arrays the global batch does not divide: its `samples` (m) cut in a slice
+    per replica, as even as they go, each replica's gradient weighted by its slice's share (R·m_r/m:
+    kscale.step_weights) so that their mean is one process's gradient over the m samples."""
+
+    samples: int
+    replicas: int
+
+    def weight(self, rows: int) -> float:
+        """The gradient weight of a replica whose slice of this step has `rows` samples."""
+        return self.replicas * rows / self.samples
+
+
+def slices(rows: int, parts: int) -> list[int]:
+    """`rows` cut in `parts` sizes as even as they go, the larger first (they differ by at most one)."""
+    small, larger = divmod(rows, parts)
+    return [small + 1] * larger + [small] * (parts - larger)
 
 
 @dataclasses.dataclass
@@ -188,12 +215,14 @@ class Feed:
     shuffle: bool | None = None  # what Keras' own `shuffle` must be, where the feed shuffles itself
     #: what to do when training ends (the feed's own bookkeeping of the user's data), or None
     after_training: Callable[[], None] | None = None
+    #: arrays every worker must have read alike (WorkerPart.fingerprint), compared before training
+    fingerprint: list | None = None
 
 
 def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     """Feed a worker whose model takes this worker's data as is: Keras slices and batches it as usual."""
     steps = request.steps
-    if part.kind == "every_sample":
+    if part.kind == "array_batches":  # ArrayBatches: this worker's steps, each replica's weight with it
         steps = checked_steps(steps, part.length, request)
         return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps or part.length, shuffle=False)
     if part.kind == "arrays":
@@ -202,6 +231,8 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
         return Feed(
             part.x, part.y, part.sample_weight, request.per_worker, steps, part.notes, steps or available
         )
+    if part.kind == "generator":
+        return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps, fingerprint=part.fingerprint)
     if part.kind in ("dataset", "sequence"):
         known = part.length if part.length is not None and part.length >= 0 else None
         steps = checked_steps(steps, known, request)
@@ -209,7 +240,14 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
             raise unknown_length(request.what)
         # A BatchShard orders its steps alike on every worker: Keras' shuffle would reorder each one's own
         shuffle = False if isinstance(part.x, BatchShard) else None
-        return Feed(part.x, notes=part.notes, steps=steps, epoch_steps=steps or known, shuffle=shuffle)
+        return Feed(
+            part.x,
+            notes=part.notes,
+            steps=steps,
+            epoch_steps=steps or known,
+            shuffle=shuffle,
+            fingerprint=part.fingerprint,
+        )
     return Feed(part.x, part.y, part.sample_weight, steps=steps, notes=part.notes)
 
 
@@ -239,16 +277,45 @@ def unknown_length(what: str) -> DataError:
 
 
 def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
-    """This worker's equal share of array input: every N-th sample from its index."""
+    """This worker's share of array input: every N-th sample from its index.
+
+    Training takes every sample, as one process at the global batch does: step s is samples s·B .. s·B+B-1
+    (worker r holding those ≡ r mod N), and a last step the global batch B does not fill is cut in a slice
+    per replica, as even as they go, with its `LastStep` (each replica's gradient weighted by its share).
+    Only where that step holds fewer samples than replicas (one would get none) are they left out, and
+    the plan says so. Evaluation's parts (`Shard.even` False) differ by one sample at most."""
     shard = request.shard
     total = num_samples(*[a for a in (x, y, sample_weight) if a is not None])
     require_samples(total, shard, request.per_replica, request.what)
-    notes = []
-    if total % shard.count and shard.even:
-        notes.append(f"{total % shard.count} trailing sample(s) of {total} unused so workers stay even")
-    x, y, sample_weight = (shard_arrays(a, shard, total) for a in (x, y, sample_weight))
-    longest, shortest = longest_and_shortest(total, shard)
-    return WorkerPart("arrays", x, y, sample_weight, part_length(total, shard), longest, shortest, notes)
+    notes: list[str] = []
+    usable, last = total, None
+    replicas = shard.count * request.replicas_per_worker
+    if shard.even and replicas > 1:
+        remainder = total % (request.per_replica * replicas)
+        if 0 < remainder < replicas:
+            usable -= remainder
+            notes.append(
+                f"{remainder} trailing sample(s) of {total} unused so no replica is left without a sample "
+                f"(fewer than the {replicas} replicas in the last step)"
+            )
+        elif remainder:
+            last = LastStep(remainder, replicas)
+            notes.append(
+                f"every sample once per epoch: the last step's {remainder} samples cut in {replicas} "
+                "slices, each replica's gradient weighted by its slice's share"
+            )
+            padding = -remainder % replicas
+            if request.equal_batches and padding:
+                notes.append(
+                    f"the last step padded with {padding} zero-weighted sample(s) (every device takes as many): "
+                    "the weights are one process's, but History's loss and the metrics without sample "
+                    "weights count them in that step"
+                )
+    part = dataclasses.replace(shard, even=False)
+    x, y, sample_weight = (shard_arrays(a, part, usable) for a in (x, y, sample_weight))
+    longest, shortest = longest_and_shortest(usable, part)
+    length = part_length(usable, part)
+    return WorkerPart("arrays", x, y, sample_weight, length, longest, shortest, notes, last)
 
 
 def last_step(batches: int, replicas: int) -> tuple[int, int]:
@@ -288,14 +355,18 @@ _CUTTABLE = (
 
 
 def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
-    """Input kscale cannot cut (a generator, a DataFrame): fine for one worker, an error for several."""
+    """Input kscale cuts by batch as it comes (a Python generator or iterator of batches: `GeneratorShard`),
+    or cannot cut at all (a DataFrame): fine for one worker, an error for several."""
     if x is None:
         raise DataError(f"no {request.what} given: pass numpy arrays, a tf.data.Dataset or a Keras dataset.")
+    if is_batch_generator(x) and (request.shard.count > 1 or request.replicas_per_worker > 1):
+        return generator_part(x, y, sample_weight, request)
     if request.shard.count > 1:
         raise DataError(
             f"kscale cannot split {type(x).__name__} {request.what} between {request.shard.count} workers "
-            "(only numpy arrays, tf.data.Dataset and keras.utils.Sequence / PyDataset can be sharded). "
-            f"{_CUTTABLE}, or pass data_policy='none' if you already give each worker its own data."
+            "(only numpy arrays, Python generators of batches, tf.data.Dataset and keras.utils.Sequence / "
+            f"PyDataset can be sharded). {_CUTTABLE}, or pass data_policy='none' if you already give each "
+            "worker its own data."
         )
     if request.replicas_per_worker > 1:
         # Keras would split each of its batches over the replicas: the global batch stays the batch the
@@ -306,6 +377,90 @@ def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
             f"(the learning rate is scaled for {request.replicas_per_worker} whole batches). {_CUTTABLE}."
         )
     return WorkerPart("other", x, y, sample_weight)
+
+
+def is_batch_generator(x: Any) -> bool:
+    """A Python generator, or another iterator (not a dataset Keras reads by index or re-iterates)."""
+    return isinstance(x, collections.abc.Iterator) and not hasattr(x, "__getitem__")
+
+
+def generator_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> WorkerPart:
+    """This worker's batches of a generator of batches (`GeneratorShard`), checked as they begin."""
+    no_separate_targets(y, sample_weight, "the generator's batches")
+    if request.steps is None:
+        raise DataError(
+            f"a generator as {request.what} needs steps_per_epoch (validation_steps, steps) under "
+            f"{request.shard.count * request.replicas_per_worker} replicas: kscale cannot know its length, "
+            "and every replica must run the same number of steps. Pass the steps one process at your batch "
+            "size runs per epoch: kscale divides them by the replicas."
+        )
+    shard = GeneratorShard(x, request.shard, request.replicas_per_worker, request.what)
+    replicas = request.shard.count * request.replicas_per_worker
+    note = (
+        f"the {request.what}'s generator read whole by every worker, each keeping its replicas' batches "
+        f"(batch i for replica i mod {replicas}): each step's {replicas} batches, as one process reads them"
+    )
+    return WorkerPart("generator", shard, notes=[note], fingerprint=shard.fingerprint())
+
+
+class GeneratorShard:
+    """A Python generator (or iterator) of batches as one worker takes it: every worker reads every batch,
+    in order, and keeps those of its replicas (batch i is global replica i mod R's), so that step s trains
+    on batches s·R .. s·R+R-1, the R consecutive batches one process at the global batch takes as one
+    (the user's steps_per_epoch, counted in batches, is divided by R). Yields one batch per replica of
+    this worker, in turn (a strategy pulls one each), or, `joined`, their rows as one batch per step (a
+    Keras that spreads a worker's batch over its devices).
+
+    The first step's batches are read when it is made, to check them: a batch whose arrays do not share
+    one first dimension (a generator of samples, not of batches) is a DataError, and `fingerprint` (of
+    their targets, as for a Sequence: inputs may be augmented at random) lets the workers check that they
+    read the same generator."""
+
+    def __init__(self, batches: Any, shard: Shard, replicas_per_worker: int, what: str):
+        self._source = iter(batches)
+        self.replicas = shard.count * replicas_per_worker
+        self.mine = range(shard.index * replicas_per_worker, (shard.index + 1) * replicas_per_worker)
+        self.joined = False
+        self.what = what
+        self._pending: list[Any] = []
+        self._first = [next(self._source) for _ in range(self.replicas)]
+        for batch in self._first:
+            _check_is_a_batch(batch, what)
+
+    def first_batch(self) -> Any:
+        """This worker's first batch (as `__next__` will yield it), without taking it."""
+        mine = [self._first[i] for i in self.mine]
+        return _joined(mine) if self.joined and len(mine) > 1 else mine[0]
+
+    def fingerprint(self) -> list[np.ndarray]:
+        """The arrays the workers compare: the targets and sample weights of the first step's batches."""
+        targets = [
+            part for b in self._first if isinstance(b, tuple | list) for part in b[1:] if part is not None
+        ]
+        return [np.asarray(a) for t in targets for a in flatten(t)]
+
+    def __iter__(self) -> GeneratorShard:
+        return self
+
+    def __next__(self) -> Any:
+        if not self._pending:
+            step = self._first or [next(self._source) for _ in range(self.replicas)]
+            self._first = []
+            mine = [step[i] for i in self.mine]
+            self._pending = [_joined(mine)] if self.joined and len(mine) > 1 else mine
+        return self._pending.pop(0)
+
+
+def _check_is_a_batch(batch: Any, what: str) -> None:
+    """A DataError unless every array of `batch` has the same first dimension (its samples)."""
+    leaves = [np.shape(leaf) for leaf in _leaves_in_order(batch) if leaf is not None]
+    if not leaves or any(len(shape) == 0 for shape in leaves) or len({shape[0] for shape in leaves}) > 1:
+        raise DataError(
+            f"the {what}'s generator yields {', '.join(str(s) for s in leaves)}: not a batch, whose arrays "
+            "all have one first dimension (its samples). kscale hands each replica whole batches of a "
+            "generator; one that yields a sample at a time must batch them first (yield x[i:i + batch_size], "
+            "y[i:i + batch_size]), or feed tf.data.Dataset.from_generator(...).batch(batch_size)."
+        )
 
 
 def no_separate_targets(y: Any, sample_weight: Any, kind: str) -> None:
@@ -430,65 +585,68 @@ def _blank(array: np.ndarray) -> Any:
     return np.zeros((), array.dtype).item()
 
 
-class EverySampleBatches:
-    """Array input as this worker's batches under data_policy='every_sample': every sample once per epoch.
+class ArrayBatches:
+    """This worker's part of training arrays whose last step the global batch does not fill
+    (`WorkerPart.last_step`), as its batches, for a Keras that takes each as this worker's batch (Keras 3
+    on torch and on JAX): full steps of `per_worker` rows of its part, then its share of the last step;
+    each batch with its gradient weight (kscale.step_weights.Weighted: one row per sample, for Keras to cut
+    with the batch). Shuffled, the order of the part is this worker's own (its samples are its own) and
+    new every epoch.
 
-    All workers order the samples alike (shuffled by a permutation that depends only on the epoch, so
-    every worker draws the same), and step s is the global batch of samples s*B .. s*B+B-1 (B = per-replica
-    batch × replicas), cut into one slice per replica: what one process with batch B trains on. The last
-    step usually has m < B samples. Its slices are padded to full size with zero-weighted samples, and its
-    real samples weighted B/m: each replica's loss is summed over its b rows and divided by b (Keras'
-    default reduction), the replicas' gradients are averaged, so the step's gradient is the mean over the m
-    real samples, as in one process. Needs a loss reduced by 'sum_over_batch_size' (Keras' default).
+    Where every process's batches must have the same rows (`FeedRequest.equal_batches`: Keras 3 on JAX
+    makes one array of them, cut evenly over its devices), the last step is padded with zero-weighted
+    rows to `replicas_per_worker · ceil(m / R)` on every worker, and the gradient is the padded batch's
+    mean times `padded / m`, the same on every replica. History's loss and the metrics that take no
+    sample weights then count those rows (fewer than R): the plan says so.
 
-    A mixin: each Keras family binds it to its own dataset base class (Sequence, PyDataset). Items are the
-    batches of `replicas_per_item` consecutive replicas of this worker (1 where a strategy pulls one batch
-    per replica; all of them where Keras takes the worker's whole batch).
-    """
+    A mixin: each Keras family binds it to its own dataset base class (keras3.data: PyDataset)."""
 
-    def __init__(self, x: Any, y: Any, sample_weight: Any, request: FeedRequest, replicas_per_item: int):
+    def __init__(self, part: WorkerPart, request: FeedRequest):
         super().__init__()
-        self.arrays = (x, y, sample_weight)
-        self.total = num_samples(*[a for a in self.arrays if a is not None])
-        self.per_replica = request.per_replica
-        self.replicas = request.shard.count * request.replicas_per_worker
-        self.first_replica = request.shard.index * request.replicas_per_worker
-        self.items_per_step = request.replicas_per_worker // replicas_per_item
-        self.replicas_per_item = replicas_per_item
+        last = part.last_step
+        assert last is not None, "ArrayBatches is for arrays whose last step is shared (array_part)"
+        self.arrays = (part.x, part.y, part.sample_weight)
+        self.per_worker = request.per_worker
         self.shuffle = request.shuffle
-        self.global_batch = self.per_replica * self.replicas
-        self.steps = math.ceil(self.total / self.global_batch)
-        self.last_step_samples = self.total - (self.steps - 1) * self.global_batch
-        self.epoch = 0
+        self.full_steps, self.last_rows = divmod(part.length, self.per_worker)
+        if request.equal_batches:
+            each = math.ceil(last.samples / last.replicas)
+            self.rows_in_last = request.replicas_per_worker * each
+            self.last_weight = last.replicas * each / last.samples
+        else:
+            self.rows_in_last = self.last_rows
+            self.last_weight = last.weight(self.last_rows)
+        # Zero-weighted padding needs sample weights, and every step and worker's batches have one
+        # structure (a process without padding of its own gets them too: Keras compiles one step for all).
+        padded = request.equal_batches and last.samples % last.replicas != 0
+        self.weighted = part.sample_weight is not None or padded
         self._order = self._permutation()
 
     def _permutation(self) -> np.ndarray:
-        if not self.shuffle:
-            return np.arange(self.total)
-        return np.random.default_rng([0, self.epoch]).permutation(self.total)  # the same on every worker
+        rows = self.full_steps * self.per_worker + self.last_rows
+        return np.random.permutation(rows) if self.shuffle else np.arange(rows)
 
     def __len__(self) -> int:
-        return self.steps * self.items_per_step
+        return self.full_steps + 1
 
-    def __getitem__(self, index: int) -> tuple:
+    def __getitem__(self, index: int) -> Any:
+        from kscale.step_weights import Weighted
+
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} out of range for {len(self)} batches")
-        step, item = divmod(index, self.items_per_step)
-        rows = self.per_replica * self.replicas_per_item
-        start = (
-            step * self.global_batch + (self.first_replica + item * self.replicas_per_item) * self.per_replica
-        )
-        positions = self._order[start : start + rows]  # short, or empty, in the last step only
+        rows = self.per_worker if index < self.full_steps else self.rows_in_last
+        positions = self._order[index * self.per_worker : index * self.per_worker + rows]
         x, y, weights = self.arrays
-        factor = self.global_batch / self.last_step_samples if step == self.steps - 1 else 1.0
-        real = np.ones(len(positions), np.float32) if weights is None else np.asarray(weights)[positions]
-        weight = np.zeros(rows, np.float32)
-        weight[: len(positions)] = real * factor
         batch = tuple(_padded_rows(a, positions, rows) for a in (x, y) if a is not None)
-        return (*batch, weight)
+        if self.weighted:
+            real = np.ones(len(positions), np.float32) if weights is None else np.asarray(weights)[positions]
+            weight = np.zeros(rows, np.float32)
+            weight[: len(positions)] = real
+            batch = (*batch, weight)
+        factor = 1.0 if index < self.full_steps else self.last_weight
+        return Weighted(batch, np.full(rows, factor, np.float32))
 
     def on_epoch_end(self) -> None:
-        self.epoch += 1
         self._order = self._permutation()
 
 
@@ -502,28 +660,6 @@ def _padded_rows(structure: Any, positions: np.ndarray, rows: int) -> Any:
         return out
 
     return map_structure(take, structure)
-
-
-def every_sample_part(
-    x: Any, y: Any, sample_weight: Any, request: FeedRequest, batches_class: type, replicas_per_item: int
-) -> WorkerPart:
-    """This worker's batches under data_policy='every_sample' (`batches_class` binds EverySampleBatches to
-    its Keras' dataset class)."""
-    if not is_array_data(x):
-        raise DataError(
-            f"data_policy='every_sample' pads the last step of array input, but the {request.what} is "
-            f"{type(x).__name__}. Pass numpy arrays (or tensors), or use data_policy='shard' for datasets "
-            "(it drops at most one batch per worker each epoch)."
-        )
-    require_samples(num_samples(*[a for a in (x, y, sample_weight) if a is not None]), request.shard, 1)
-    batches = batches_class(x, y, sample_weight, request, replicas_per_item)
-    note = (
-        f"every sample once per epoch: the last step has {batches.last_step_samples} of "
-        f"{batches.global_batch} samples, padded with zero-weighted ones"
-        if batches.last_step_samples < batches.global_batch
-        else "every sample once per epoch: the samples fill every step"
-    )
-    return WorkerPart("every_sample", batches, length=len(batches), notes=[note])
 
 
 def batches_part(

@@ -15,13 +15,12 @@ from kscale._tensorflow_private import batched_samples
 from kscale.errors import DataError
 from kscale.sharding import (
     BatchShard,
-    EverySampleBatches,
     FeedRequest,
+    LastStep,
     Shard,
     WorkerPart,
     array_part,
     batches_part,
-    every_sample_part,
     is_array_data,
     last_step,
     last_step_note,
@@ -31,7 +30,9 @@ from kscale.sharding import (
     num_samples,
     other_part,
     part_length,
+    slices,
 )
+from kscale.step_weights import Weighted
 
 AutoShardPolicy = tf.data.experimental.AutoShardPolicy
 #: The policies under which kscale shards by file when it can, as tf.distribute's AUTO does.
@@ -219,6 +220,58 @@ def files_read(dataset: tf.data.Dataset) -> int | None:
     return min(counts) if counts else None
 
 
+_SHUFFLES = frozenset(
+    {
+        "ShuffleDataset",
+        "ShuffleDatasetV2",
+        "ShuffleDatasetV3",
+        "ShuffleAndRepeatDataset",
+        "ShuffleAndRepeatDatasetV2",
+    }
+)
+
+
+def shuffle_seeds(dataset: tf.data.Dataset) -> list[tuple[int | None, int | None]] | None:
+    """The (seed, seed2) of every shuffle() in `dataset` (in functions too: interleave's), which decide the
+    orders it draws: (0, 0) for one without a seed, whose orders each process draws at random. None
+    where TensorFlow cannot show the dataset's graph."""
+    try:
+        serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset))
+    except (tf.errors.OpError, ValueError, TypeError):
+        return None
+    graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
+    seeds = []
+    for nodes in [list(graph.node), *(list(f.node_def) for f in graph.library.function)]:
+        named = {node.name: node for node in nodes}
+        for node in nodes:
+            if node.op in _SHUFFLES:
+                pair = []
+                for name in node.input[2:4]:
+                    source = named.get(name.split(":")[0])
+                    constant = source is not None and source.op == "Const"
+                    pair.append(int(tf.make_ndarray(source.attr["value"].tensor)) if constant else None)
+                seeds.append(tuple(pair))
+    return seeds
+
+
+def _order_fingerprint(dataset: tf.data.Dataset, what: str) -> list[np.ndarray] | None:
+    """What the workers compare before cutting a dataset by batch (worker r takes batches r, r+N, ... of
+    the order it reads, so every worker must read the same orders): its shuffles' seeds. A shuffle without
+    one draws its own order on every worker: a DataError."""
+    seeds = shuffle_seeds(dataset)
+    if seeds is None:
+        return None
+    if (0, 0) in seeds:
+        raise DataError(
+            f"the {what} has a shuffle() without a seed, which draws its own order on every worker: kscale "
+            "gives worker r the batches r, r+N, ... of the order it reads, so the workers' parts would "
+            "overlap and miss samples. Seed it alike on every worker (shuffle(n, seed=...), or "
+            "tf.keras.utils.set_random_seed(...) before building it), shard it yourself and pass "
+            "data_policy='none', or read it from files (TFRecordDataset): each worker then reads its own."
+        )
+    return [np.asarray([-1 if value is None else value for pair in seeds for value in pair], np.int64)]
+
+
 def shard_by_file(dataset: tf.data.Dataset, shard: Shard) -> tf.data.Dataset:
     """This worker's files only: TensorFlow's own rewrite (AutoShardPolicy.FILE, as tf.distribute applies
     it) puts the shard on the list of files, so a worker reads and decodes 1/N of them, not all."""
@@ -233,10 +286,6 @@ def shard_by_file(dataset: tf.data.Dataset, shard: Shard) -> tf.data.Dataset:
         output_shapes=[spec.shape for spec in flat],
     )
     return tf.data.experimental.from_variant(variant, dataset.element_spec)
-
-
-class EverySampleSequence(EverySampleBatches, tf.keras.utils.Sequence):
-    """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
 
 
 class ShardedSequence(BatchShard, tf.keras.utils.Sequence):
@@ -272,7 +321,23 @@ def sequence_to_dataset(sequence: tf.keras.utils.Sequence) -> tf.data.Dataset:
     return dataset.apply(tf.data.experimental.assert_cardinality(len(sequence)))
 
 
-def arrays_to_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: int = 1) -> tf.data.Dataset:
+def generator_to_dataset(batches: Any) -> tf.data.Dataset:
+    """A worker's batches of a generator (kscale.sharding.GeneratorShard) as a tf.data pipeline (strategy
+    backends feed replicas from tf.data only). Each pass goes on where the last stopped, as the
+    generator does."""
+    first = batches.first_batch()
+    signature = tf.nest.map_structure(
+        lambda a: tf.TensorSpec(shape=(None, *np.shape(a)[1:]), dtype=tf.as_dtype(np.asarray(a).dtype)),
+        tuple(first) if isinstance(first, list) else first,
+    )
+    return tf.data.Dataset.from_generator(
+        lambda: (tuple(b) if isinstance(b, list) else b for b in batches), output_signature=signature
+    )
+
+
+def arrays_to_dataset(
+    arrays: tuple, batch_size: int, shuffle: bool, replicas: int = 1, last_step: LastStep | None = None
+) -> tf.data.Dataset:
     """(x, y, sample_weight) arrays as a dataset of `batch_size` batches for each of `replicas` replicas,
     reshuffled each epoch if asked.
 
@@ -280,7 +345,9 @@ def arrays_to_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: i
     `replicas` slices: what one process at that batch trains on, step by step. The last step's samples
     are cut in slices as even as they go (72 samples at 2 × 8: four steps of 8 + 8, then 4 + 4, where
     batches of 8 left a ninth batch no step could take); fewer samples than replicas are left out (no
-    replica is handed an empty batch; the plan says so).
+    replica is handed an empty batch; kscale.sharding.array_part keeps that from happening in training).
+    With `last_step` (training arrays the global batch does not divide), every batch comes with its
+    replica's gradient weight (kscale.step_weights.Weighted): 1 in full steps, its share in the last.
 
     As Keras' own array adapter does: the sample order is one shuffled index vector per pass, and each
     batch is one gather from the arrays (a shuffle buffer of every sample, then batching one sample at a
@@ -291,11 +358,8 @@ def arrays_to_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: i
     count = num_samples(*present)
     step = batch_size * replicas
     full, partial = divmod(count, step)
-    last = (
-        [partial // replicas + (i < partial % replicas) for i in range(replicas)]
-        if partial >= replicas
-        else []
-    )
+    last = slices(partial, replicas) if partial >= replicas else []
+    weights = [1.0] * (full * replicas) + [last_step.weight(size) if last_step else 1.0 for size in last]
 
     def batches_of(order: tf.Tensor) -> tf.data.Dataset:
         batches = tf.data.Dataset.from_tensor_slices(
@@ -313,13 +377,46 @@ def arrays_to_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: i
     indices = order.flat_map(batches_of).apply(
         tf.data.experimental.assert_cardinality(full * replicas + len(last))
     )
-    whole = tf.data.Dataset.from_tensors(present[0] if len(present) == 1 else present).repeat()
-    dataset = tf.data.Dataset.zip((indices, whole)).map(
-        lambda batch, arrays: tf.nest.map_structure(lambda a: tf.gather(a, batch), arrays),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
+    whole = tf.data.Dataset.from_tensors(_as_one_structure(arrays)).repeat()
+
+    def gathered(batch: tf.Tensor, arrays: Any) -> Any:
+        return tf.nest.map_structure(lambda a: tf.gather(a, batch), arrays)
+
+    if last_step is None:
+        dataset = tf.data.Dataset.zip((indices, whole)).map(
+            gathered, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+    else:
+        weight = tf.data.Dataset.from_tensor_slices(np.asarray(weights, np.float32)).repeat()
+        dataset = tf.data.Dataset.zip((indices, whole, weight)).map(
+            lambda batch, arrays, w: Weighted(gathered(batch, arrays), w),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _as_one_structure(arrays: tuple) -> Any:
+    """(x, y, sample_weight) arrays as one dataset element: the ones given, a lone x as itself. tf.data
+    takes a list for one tensor, so several inputs in a list ([x1, x2]) become a tuple of them."""
+    present = tuple(_lists_as_tuples(a) for a in arrays if a is not None)
+    return present[0] if len(present) == 1 else present
+
+
+def _lists_as_tuples(structure: Any) -> Any:
+    if isinstance(structure, list | tuple):
+        return tuple(_lists_as_tuples(item) for item in structure)
+    if isinstance(structure, dict):
+        return {key: _lists_as_tuples(value) for key, value in structure.items()}
+    return structure
+
+
+def weighted_batches_part(part: WorkerPart, request: FeedRequest) -> WorkerPart:
+    """Training arrays whose last step the global batch does not fill, for a worker whose Keras takes its
+    batches as they come (Horovod): this worker's batches as a dataset, each with its gradient weight."""
+    arrays = (part.x, part.y, part.sample_weight)
+    dataset = arrays_to_dataset(arrays, request.per_worker, request.shuffle, 1, part.last_step)
+    return WorkerPart("dataset", dataset, length=dataset_batches(dataset), notes=part.notes)
 
 
 def epochs_in_one_process_order(
@@ -385,8 +482,6 @@ def worker_part(
     the worker's where Keras takes the worker's whole batch)."""
     shard, what = request.shard, request.what
     items = max(1, request.replicas_per_worker // replicas_per_item)
-    if request.every_sample:  # one replica's batch per item: strategies pull one per replica
-        return every_sample_part(x, y, sample_weight, request, EverySampleSequence, replicas_per_item=1)
     if is_array_data(x):
         return array_part(x, y, sample_weight, request)
     if isinstance(x, tf.data.Dataset):
@@ -460,6 +555,7 @@ def worker_part(
             notes=notes,
             longest=longest,
             shortest=shortest,
+            fingerprint=_order_fingerprint(x, what) if shard.count > 1 else None,
         )
     if isinstance(x, tf.keras.utils.Sequence):
         return batches_part(x, y, sample_weight, request, ShardedSequence, items)
@@ -492,19 +588,12 @@ def with_class_weight(dataset: tf.data.Dataset, class_weight: dict) -> tf.data.D
     return dataset.map(weighted, deterministic=True)
 
 
-def balanced_sizes(samples: int, batches: int) -> list[int]:
-    """`samples` cut into `batches` batch sizes as even as possible (they differ by at most one)."""
-    small, larger = divmod(samples, batches)
-    return [small + 1] * larger + [small] * (batches - larger)
-
-
 def arrays_in_batches(arrays: tuple, sizes: list[int]) -> tf.data.Dataset:
     """(x, y, sample_weight) arrays as one dataset element per size in `sizes`, in order, none empty: the
     way an evaluation part is cut into exactly as many batches as every replica runs steps."""
-    present = tuple(a for a in arrays if a is not None)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     bounds = tf.data.Dataset.from_tensor_slices((starts, np.asarray(sizes, np.int64)))
-    whole = tf.data.Dataset.from_tensors(present[0] if len(present) == 1 else present).repeat()
+    whole = tf.data.Dataset.from_tensors(_as_one_structure(arrays)).repeat()
     return tf.data.Dataset.zip((bounds, whole)).map(
         lambda bound, arrays: tf.nest.map_structure(lambda a: a[bound[0] : bound[0] + bound[1]], arrays),
         deterministic=True,
@@ -547,7 +636,11 @@ def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:
     """This worker's part as a dataset of per-replica batches (what tf.distribute strategies are fed)."""
     if part.kind == "arrays":
         arrays = (part.x, part.y, part.sample_weight)
-        return arrays_to_dataset(arrays, request.per_replica, request.shuffle, request.replicas_per_worker)
-    if part.kind in ("sequence", "every_sample"):
+        return arrays_to_dataset(
+            arrays, request.per_replica, request.shuffle, request.replicas_per_worker, part.last_step
+        )
+    if part.kind == "sequence":
         return sequence_to_dataset(part.x)
+    if part.kind == "generator":
+        return generator_to_dataset(part.x)
     return part.x

@@ -20,6 +20,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from kscale import step_weights
+
 #: Per thread (MirroredStrategy traces each replica's step in a thread of its own): whether Keras
 #: divided a loss by the replicas since the step began or since the last update.
 _traced = threading.local()
@@ -67,18 +69,23 @@ def _replicas_mean(outputs: Any) -> Any:
     return tf.nest.pack_sequence_as(outputs, flat)
 
 
-def watch_steps(model: Any, base: type) -> None:
+def watch_steps(model: Any, base: type, several_workers: bool = False) -> None:
     """Start each (traced) train_step of `model` with nothing noted, so evaluation's losses never count.
 
     Where the class writes its own train_step or test_step (not `base`'s) and Keras would sum their
-    outputs over the replicas (Keras 2), they return the replicas' mean instead (`_replicas_mean`)."""
+    outputs over the replicas (Keras 2), they return the replicas' mean instead (`_replicas_mean`). Keras'
+    own steps across workers (MultiWorkerMirroredStrategy) return the first replica's running metrics: Keras
+    2 sums each worker's own ("auto"), an accuracy of 1.5 on two workers in the progress bar and in every
+    batch's logs; the first replica's are what Horovod's progress bar shows (rank 0's), and the epoch's
+    logs are read from the metrics' summed states either way."""
     if "_kscale_watched_step" in vars(model):
         return
     own_train, own_test = type(model).train_step, type(model).test_step
-    mean_outputs = (
-        getattr(model, "_distribute_reduction_method", "") is None  # Keras 2's "auto": a sum
-        and (own_train is not base.train_step or own_test is not base.test_step)
-    )
+    keras2_sum = getattr(model, "_distribute_reduction_method", "") is None  # Keras 2's "auto": a sum
+    own_steps = own_train is not base.train_step or own_test is not base.test_step
+    mean_outputs = keras2_sum and own_steps
+    if keras2_sum and several_workers and not own_steps:
+        model.distribute_reduction_method = "first"
     finish = _replicas_mean if mean_outputs else (lambda outputs: outputs)
 
     own = own_train is not base.train_step
@@ -101,7 +108,9 @@ def watch_steps(model: Any, base: type) -> None:
 
 
 def _per_replica(gradients: list) -> list:
-    """The gradients divided by the replicas, unless Keras divided the loss they came from."""
+    """The gradients divided by the replicas, unless Keras divided the loss they came from; weighted by
+    the replica's share of a step whose slices differ in size (kscale.step_weights)."""
+    gradients = step_weights.scale(gradients)
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if _take_divided() or replicas == 1 or tf.distribute.in_cross_replica_context():
         return gradients

@@ -90,7 +90,7 @@ class StrategyBackend(Backend):
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         placed = self._placed(model)
         self.family.strategy_placed(self, placed)
-        _replica_mean.watch_steps(placed, self.keras_module().Model)
+        _replica_mean.watch_steps(placed, self.keras_module().Model, several_workers=self.num_workers > 1)
         return placed
 
     def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
@@ -112,25 +112,15 @@ class StrategyBackend(Backend):
         weights = first_replica_arrays(self.strategy, arrays) if several else None
         return self.rebuild_in(model, self.strategy, weights=weights)
 
-    def evaluate(
-        self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict
-    ) -> dict:
-        """On this process's copy where the backend evaluates on copies (Keras 3) and Keras can copy the
-        model; else on the model itself, in the strategy, every replica fed at least one sample at every
-        step (`_uneven_feed`), the metrics' states summed: tf.keras always, and a Keras 3 model that
-        cannot be copied (keras.io's Distiller)."""
-        if self.evaluates_on_copy_of(model):
-            return self.family.evaluate_on_copy(self, model, arguments, compile_args)
-        with self.keras_steps():  # Keras 3's trainer corrected, as for fit
-            return self.reduce_results(model, keras_evaluate(**arguments))
+    def model_notes(self, model: Any) -> list[str]:
+        return self.family.strategy_model_notes(model)
 
-    def evaluates_whole(self, model: Any) -> bool:
-        return False  # a model that cannot be copied is evaluated in the strategy, on this worker's part
-
-    def evaluation_shard(self, model: Any, shard: Any) -> Any:
-        if self.evaluates_on_copy() and not self.evaluates_on_copy_of(model):
-            self.family.check_evaluation_in_strategy(self, model)
-        return shard
+    def evaluate(self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict) -> dict:
+        """On the model itself, in the strategy, every replica fed at least one sample at every step
+        (`_uneven_feed`), the metrics' states summed when read (Keras 3's trainer corrected, as for fit:
+        each output's own loss weighed by its batch's size)."""
+        with self.keras_steps():
+            return self.reduce_evaluation(model, keras_evaluate(**arguments))
 
     def compile(
         self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
@@ -140,7 +130,7 @@ class StrategyBackend(Backend):
         with self.strategy.scope():
             compile_fn(
                 optimizer=self.optimizer_for(optimizer, learning_rate, options),
-                **self.fresh_compile_args(args),
+                **self.fresh_compile_args(args, self.strategy),
             )
 
     def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
@@ -169,8 +159,6 @@ class StrategyBackend(Backend):
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
-        if request.evaluation and request.on_copy:  # this process's copy: fed as one process is
-            return super().feed(x, y, sample_weight, request)
         part = tf_data.worker_part(x, y, sample_weight, request)
         if part.kind == "other":
             return sharding.one_process_feed(part, request)
@@ -186,12 +174,6 @@ class StrategyBackend(Backend):
                 "of this worker: no step can run. Use a smaller batch or more data."
             )
         steps, notes = sharding.checked_steps(request.steps, available, request), list(part.notes)
-        if part.kind == "arrays" and 0 < (part.length or 0) % (request.per_replica * per_worker) < per_worker:
-            left = part.length % (request.per_replica * per_worker)
-            notes.append(
-                f"{left} trailing sample(s) per epoch unused so no replica gets an empty batch (fewer than "
-                f"the {per_worker} replicas)"
-            )
         if steps is None:
             if available is None:
                 raise sharding.unknown_length(request.what)
@@ -203,7 +185,12 @@ class StrategyBackend(Backend):
         stream, after_training = self._epochs(x, dataset, batches, steps, available, request, notes)
         distributed = self.strategy.distribute_datasets_from_function(lambda _: stream)
         return sharding.Feed(
-            distributed, steps=steps, notes=notes, epoch_steps=steps, after_training=after_training
+            distributed,
+            steps=steps,
+            notes=notes,
+            epoch_steps=steps,
+            after_training=after_training,
+            fingerprint=part.fingerprint,
         )
 
     def _epochs(
@@ -233,6 +220,10 @@ class StrategyBackend(Backend):
                 dataset.take(per_epoch), x, request.epochs, iterators
             )
             return passes, lambda: tf_data.after_last_epoch(x, iterators)
+        if request.evaluation:
+            # One pass per evaluation: Keras makes a new iterator for each, and a repeat() read ahead by the
+            # strategy's prefetch would take batches a generator (or a Sequence) then never gives again.
+            return dataset.take(per_epoch), None
         if user_dataset:
             notes.append(
                 f"steps_per_epoch takes {steps} of the {available} steps of this worker's part of the "
@@ -263,7 +254,7 @@ class StrategyBackend(Backend):
                     f"{per_worker} replicas: a replica would get no sample. Give at least "
                     f"{per_worker * request.shard.count} samples, or evaluate on fewer replicas."
                 )
-            sizes = tf_data.balanced_sizes(part.length, steps * per_worker)
+            sizes = sharding.slices(part.length, steps * per_worker)
             arrays = (part.x, part.y, part.sample_weight)
             dataset = tf_data.arrays_in_batches(arrays, sizes)
             if max(sizes) > request.per_replica:
@@ -281,15 +272,15 @@ class StrategyBackend(Backend):
                     f"{per_worker * request.shard.count} batches in all), or evaluate on fewer replicas."
                 )
             dataset = tf_data.split_first_batches(tf_data.as_dataset(part, request), extra)
-        if isinstance(x, tf.data.Dataset):
-            # One pass per evaluation, as one process reads it, and not one begun ahead of the next
-            # evaluation (a repeat() read ahead by each worker's prefetch as far as its timing goes would
-            # have the workers cut different orders of a reshuffling shuffle() into their parts).
+        # One pass per evaluation (Keras makes a new iterator for each), none begun ahead of the next: a
+        # repeat() read ahead by each worker's prefetch, as far as its timing goes, would have the workers
+        # cut different orders of a reshuffling shuffle() into their parts.
+        if isinstance(x, tf.data.Dataset):  # drawing the orders one process draws
             dataset = tf_data.epochs_in_one_process_order(dataset, x, 1, self.family.fit_iterators)
-        else:  # no order of its own: Keras may read on from where the previous evaluation stopped
-            dataset = dataset.repeat()
         distributed = self.strategy.distribute_datasets_from_function(lambda _: dataset)
-        return sharding.Feed(distributed, steps=steps, notes=notes, epoch_steps=steps)
+        return sharding.Feed(
+            distributed, steps=steps, notes=notes, epoch_steps=steps, fingerprint=part.fingerprint
+        )
 
 
 class MultiWorker(StrategyBackend):

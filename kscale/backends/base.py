@@ -41,6 +41,8 @@ class Backend(abc.ABC):
     saves_are_collective: ClassVar[bool] = False
     #: Runs in this one process, whatever the launcher's environment says (one worker, rank 0).
     one_process: ClassVar[bool] = False
+    #: Every process's batches must have the same rows (Keras 3 on JAX makes one array of them).
+    equal_batches: ClassVar[bool] = False
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
@@ -141,6 +143,10 @@ class Backend(abc.ABC):
         """What the printed plan must say about how this backend found the world (nothing, mostly)."""
         return []
 
+    def model_notes(self, model: Any) -> list[str]:
+        """What the printed plan must say about how this backend trains `model` (nothing, mostly)."""
+        return []
+
     # -- the model ------------------------------------------------------------------------------------------
     def check_model(self, model: Any) -> None:
         """Raise a ModelError unless `model` is a built, compiled model this backend can train."""
@@ -149,6 +155,11 @@ class Backend(abc.ABC):
     def place_model(self, model: Any) -> Any:
         """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
         return model
+
+    def watch_step_weights(self, model: Any) -> None:
+        """Make the model's training step take a replica's gradient weight off the batches that carry one
+        (a last step shared unevenly: kscale.step_weights) before Keras or the user's train_step sees them."""
+        self.family.watch_step_weights(model)
 
     def build_on_first_batch(self, model: Any, x: Any) -> None:
         """Build a model that has no weights yet (no input shape) from the first batch of `x`, where the
@@ -160,9 +171,10 @@ class Backend(abc.ABC):
         (or `weights`)."""
         return self.family.rebuild_in(model, owner, weights)
 
-    def fresh_compile_args(self, args: dict) -> dict:
-        """compile() arguments whose loss and metric objects are new instances (created where used)."""
-        return self.family.fresh_compile_args(args)
+    def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
+        """compile() arguments whose loss and metric objects are new instances (created where used), but
+        the metrics already in `strategy`, which stay the user's own."""
+        return self.family.fresh_compile_args(args, strategy)
 
     def is_optimizer(self, value: Any) -> bool:
         """Whether `value` is an optimizer of this Keras family (one the model holds as an attribute)."""
@@ -264,55 +276,31 @@ class Backend(abc.ABC):
             for (name, array), start, end in zip(arrays.items(), bounds[:-1], bounds[1:])
         }
 
-    def evaluate(
-        self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, compile_args: dict
-    ) -> dict:
-        """Keras' evaluate (`arguments` ask for a dict) on this worker's part, its numbers combined over
-        workers (`reduce_results`); or, where this backend `evaluates_on_copy`, the family's evaluation on
-        this process's copy of the model compiled with `compile_args` (loss, metrics...)."""
-        if self.evaluates_on_copy():
-            if not self.evaluates_whole(model):
-                return self.family.evaluate_on_copy(self, model, arguments, compile_args)
-            with self.whole_data_on_every_process():  # fed whole (evaluation_shard): one process's numbers
+    def evaluate(self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict) -> dict:
+        """Keras' evaluate (`arguments` ask for a dict) on the user's own model and metrics: on this worker's
+        part, its numbers combined over workers (`reduce_results`), or, where this backend
+        `evaluates_whole`, on all the data on every process."""
+        if self.evaluates_whole():
+            with self.whole_data_on_every_process():  # fed whole (_request): one process's numbers
                 return keras_evaluate(**arguments)
-        return self.reduce_results(model, keras_evaluate(**arguments))
+        return self.reduce_evaluation(model, keras_evaluate(**arguments))
 
-    def evaluates_whole(self, model: Any) -> bool:
-        """Where evaluation runs on copies: whether this model cannot be copied (its __init__ takes models
-        and it has no get_config: keras.io's Distiller, VAE), so every process evaluates all the data on the
-        model itself instead, as one process does (exact, each process doing the whole work)."""
-        return self.evaluates_on_copy() and not self.evaluates_on_copy_of(model)
+    def reduce_evaluation(self, model: Any, logs: dict) -> dict:
+        """evaluate's numbers as `reduce_results` gives them, the metrics left holding the combined states
+        where the backend combines them itself (the user's metric objects then read one process's result)."""
+        return self.reduce_results(model, logs)
 
-    def evaluates_on_copy_of(self, model: Any) -> bool:
-        """Whether evaluate() runs on this process's copy of `model`: the backend evaluates on copies, and
-        Keras can copy this model (tried once per model)."""
-        return self.evaluates_on_copy() and self.family.can_copy(self, model)
-
-    def evaluation_shard(self, model: Any, shard: Any) -> Any:
-        """The part of evaluation data this worker is fed: all of it where the model `evaluates_whole`."""
-        return sharding.Shard() if self.evaluates_whole(model) else shard
+    def evaluates_whole(self) -> bool:
+        """Whether every process evaluates all the data on the model itself (the work done N times, the
+        numbers one process's): where Keras' own distributed evaluate takes only equal batches from every
+        process, so that parts of other sizes would lose samples, and zero-weighted padding would count in
+        the metrics that take no sample weights. Keras 3 on JAX across processes."""
+        return False
 
     def whole_data_on_every_process(self) -> contextlib.AbstractContextManager:
         """Where a Keras call on the model computes what one process computes from data every process passes
-        whole; only backends that evaluate on copies need it."""
+        whole; only backends that `evaluates_whole` need it."""
         raise NotImplementedError
-
-    def evaluates_on_copy(self) -> bool:
-        """Whether evaluate() runs on this process's own copy of the model: where Keras' own distributed
-        evaluate loses or miscounts samples (Keras 3 under a strategy or keras.distribution)."""
-        return False
-
-    def outside_distribution(self) -> contextlib.AbstractContextManager:
-        """Where Keras objects are built and run on this process's devices only."""
-        return contextlib.nullcontext()
-
-    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
-        """The metric state `variables` of this process's copy, combined over processes (one process: as is)."""
-        return [np.asarray(v.numpy()) for v in variables]
-
-    def averaged_numbers(self, values: list[float]) -> list[float]:
-        """Numbers of this process's copy that are no metric's result, averaged over processes."""
-        return values
 
     def check_batch(self, arrays: list) -> None:
         """train_on_batch / test_on_batch: a ModelError or DataError where this backend cannot take the

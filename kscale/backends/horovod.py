@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _horovod_private, _keras_private, _optional, sharding
+from kscale import _horovod_private, _keras_private, _optional, sharding, step_weights
 from kscale.backends.base import Backend
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
@@ -113,6 +113,7 @@ class HorovodBackend(Backend):
             )
             _horovod_private.name_like_original(wrapped, inner)  # saved files name the user's class
             _horovod_private.allreduce_without_autograph(wrapped)  # seconds off every worker's start
+            _horovod_private.weigh_before_allreduce(wrapped, step_weights.scale)  # a shared last step
             average_every_update(wrapped)
             return wrapped
 
@@ -171,6 +172,9 @@ class HorovodBackend(Backend):
         precision or means over parts of different sizes. The states are the ones tf.distribute sums over
         replicas (each variable's own aggregation); numbers that are no metric's result are averaged."""
         return results_from_states(model, logs, self._reduced_states, self.average)
+
+    def reduce_evaluation(self, model: tf.keras.Model, logs: dict) -> dict:
+        return results_from_states(model, logs, self._reduced_states, self.average, keep_states=True)
 
     def _reduced_states(self, variables: list[tf.Variable]) -> list[tf.Tensor]:
         hvd_tf = _optional.horovod_tensorflow()

@@ -19,11 +19,11 @@ import jax
 import keras
 import numpy as np
 
+from kscale import step_weights
 from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
-from kscale.metric_states import reduce_by_aggregation
 
 #: The launchers whose processes join one JAX job (jax.distributed) at `import kscale`.
 _JOB_LAUNCHERS = (Launcher.KERAS_DISTRIBUTION, Launcher.JAX_DISTRIBUTED)
@@ -39,8 +39,10 @@ class JaxBackend(Backend):
     # Under a multi-process keras.distribution every new Keras variable is a collective (JAX checks that
     # its value is the same everywhere), and Keras' save creates one: every process saves.
     saves_are_collective = True
-    # Evaluation across processes runs on each process's own copy of the model (Keras3Family.evaluate_on_copy).
+    # Evaluation across processes: every process evaluates all the data (evaluates_whole).
     uneven_evaluation = True
+    # Keras assembles one array of every process's batch, cut evenly over the devices.
+    equal_batches = True
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)
@@ -123,6 +125,20 @@ class JaxBackend(Backend):
         keras.utils.set_random_seed(seed)
         return self.rebuild_in(model, self, weights=chief)
 
+    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+        """The family's optimizer, whose update (`stateless_apply`, where Keras' JAX trainer and a JAX
+        train_step of one's own apply the gradients) weighs them by a shared last step's share first."""
+        optimizer = super().optimizer_for(optimizer, learning_rate, options)
+        if "_kscale_weighed" not in vars(optimizer):
+            apply = optimizer.stateless_apply
+
+            def stateless_apply(optimizer_variables: Any, grads: Any, trainable_variables: Any) -> Any:
+                return apply(optimizer_variables, step_weights.scale(list(grads)), trainable_variables)
+
+            object.__setattr__(optimizer, "stateless_apply", stateless_apply)
+            object.__setattr__(optimizer, "_kscale_weighed", True)
+        return optimizer
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         from jax.experimental import multihost_utils
 
@@ -141,26 +157,14 @@ class JaxBackend(Backend):
 
             multihost_utils.sync_global_devices("kscale.barrier")
 
-    def evaluates_on_copy(self) -> bool:
-        # Every step of Keras' evaluate across processes is a collective over equal batches: parts that
-        # no batch divides would lose samples.
+    def evaluates_whole(self) -> bool:
+        # Every step of Keras' evaluate across processes is a collective over equal batches: parts that no
+        # batch divides would lose samples, and zero-weighted padding would count in the metrics that
+        # take no sample weights. So every process evaluates all the data, on the model itself.
         return self.num_workers > 1
-
-    def outside_distribution(self) -> contextlib.AbstractContextManager:
-        return _without_distribution()
 
     def whole_data_on_every_process(self) -> contextlib.AbstractContextManager:
         return self._between.scope()
-
-    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
-        """Each metric state variable reduced over processes as its aggregation says (Keras' default: sum)."""
-        from jax.experimental import multihost_utils
-
-        rows = multihost_utils.process_allgather([np.asarray(v.numpy()) for v in variables])
-        return reduce_by_aggregation(variables, rows)
-
-    def averaged_numbers(self, values: list[float]) -> list[float]:
-        return [float(v) for v in self.gather(np.asarray(values, np.float64)).mean(axis=0)]
 
 
 class WholeDataOnEveryProcess(keras.distribution.DataParallel):
@@ -172,17 +176,6 @@ class WholeDataOnEveryProcess(keras.distribution.DataParallel):
 
     def get_data_layout(self, data_shape: tuple) -> Any:
         return keras.distribution.TensorLayout([None] * len(data_shape), self.device_mesh)
-
-
-@contextlib.contextmanager
-def _without_distribution() -> Any:
-    """Build and run Keras objects on this process's devices only, then restore the job's distribution."""
-    previous = keras.distribution.distribution()
-    keras.distribution.set_distribution(None)
-    try:
-        yield
-    finally:
-        keras.distribution.set_distribution(previous)
 
 
 def _on_every_device(variable: Any, devices: int) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from kscale import _torch_private
+from kscale import _torch_private, step_weights
 from kscale.backends.base import Backend
 from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
@@ -144,18 +144,21 @@ class TorchBackend(Backend):
         """Every metric's state combined over processes as its aggregation says (sums of totals and counts,
         true positives...; a mean or the first process's where a state says so), and the results computed
         from them: what one process evaluating all the data reports."""
+        return self._results(model, logs, keep_states=False)
+
+    def reduce_evaluation(self, model: Any, logs: dict) -> dict:
+        return self._results(model, logs, keep_states=True)
+
+    def _results(self, model: Any, logs: dict, keep_states: bool) -> dict:
         if self.num_workers == 1:
             return logs
         return results_from_states(
-            model, logs, self.reduced_metric_states, self.average, keras.ops.convert_to_numpy
+            model, logs, self.reduced_metric_states, self.average, keras.ops.convert_to_numpy, keep_states
         )
 
     def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
         rows = self._gather_arrays([np.asarray(v.numpy()) for v in variables])
         return reduce_by_aggregation(variables, rows)
-
-    def averaged_numbers(self, values: list[float]) -> list[float]:
-        return self.average(values)
 
     def _gather_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Every process's `arrays` (the same shapes everywhere), each as one row per process."""
@@ -247,7 +250,7 @@ def _averaging_class(base: type, mean: Any) -> type:
 
     def apply(self: Any, grads: Any, trainable_variables: Any = None) -> Any:
         with torch.no_grad():
-            averaged = mean(list(grads))
+            averaged = mean(step_weights.scale(list(grads)))  # weighted by a shared last step's share
         return base.apply(self, averaged, trainable_variables)
 
     return type(base.__name__, (base,), {"apply": apply, "__module__": base.__module__})

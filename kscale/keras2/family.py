@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import _keras_private, tf_data
+from kscale import _keras_private, step_weights, tf_data
 from kscale.callbacks import for_this_worker
 from kscale.keras2 import rebuild
 from kscale.keras2.learning_rate import RATES
@@ -41,8 +41,12 @@ class Keras2Family:
         """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights (or `weights`)."""
         return rebuild.rebuild_in_scope(model, owner, weights)
 
-    def fresh_compile_args(self, args: dict) -> dict:
-        return rebuild.clone_compile_args(args)
+    def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
+        return rebuild.clone_compile_args(args, strategy)
+
+    def watch_step_weights(self, model: Any) -> None:
+        """The model's train_step takes the gradient weight off the batches that carry one."""
+        step_weights.watch(model)
 
     def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
         """Keras 2 builds such a model inside its first training step, after the weights are broadcast:
@@ -76,8 +80,9 @@ class Keras2Family:
     def strategy_placed(self, backend: Any, model: Any) -> None:
         """Nothing to do: tf.keras trains a model without call() as it is."""
 
-    def check_evaluation_in_strategy(self, backend: Any, model: Any) -> None:
-        """Nothing to refuse: tf.keras weighs every batch's losses by its size."""
+    def strategy_model_notes(self, model: Any) -> list[str]:
+        """Nothing to say: tf.keras weighs every batch's losses by its size."""
+        return []
 
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """The process left `strategy`: the models built in it, but `model`, compile as if built outside."""
@@ -114,9 +119,6 @@ class Keras2Family:
     def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
         return rebuild.clone_optimizer(optimizer, learning_rate)
 
-    def can_copy(self, backend: Any, model: Any) -> bool:
-        return False  # tf.keras backends evaluate on the model itself
-
     def allow_own_losses(self, model: Any) -> None:
         """The Loss objects the model holds (a GAN's loss_fn, a Distiller's student_loss_fn), called in its
         own train_step, may take their default reduction under a tf.distribute strategy."""
@@ -137,7 +139,10 @@ class Keras2Family:
 
     # -- data and callbacks ---------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
-        return tf_data.worker_part(x, y, sample_weight, request)
+        part = tf_data.worker_part(x, y, sample_weight, request)
+        if part.kind == "arrays" and part.last_step is not None:  # a last step shared unevenly
+            return tf_data.weighted_batches_part(part, request)
+        return part
 
     def user_callbacks(self, backend: Any, callbacks: list) -> list:
         # Where saving is collective (MultiWorkerMirroredStrategy), these save through collectives and must

@@ -13,12 +13,13 @@ from kscale import sharding
 
 def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
     """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
-    if request.every_sample:  # Keras takes this worker's whole batch and spreads it over its devices
-        return sharding.every_sample_part(
-            x, y, sample_weight, request, EverySamplePyDataset, replicas_per_item=request.replicas_per_worker
-        )
     if sharding.is_array_data(x):
-        return sharding.array_part(x, y, sample_weight, request)
+        part = sharding.array_part(x, y, sample_weight, request)
+        if part.last_step is None:
+            return part
+        # A last step shared unevenly: this worker's batches, each with its gradient weight
+        batches = WeightedArrayBatches(part, request)
+        return sharding.WorkerPart("array_batches", batches, length=len(batches), notes=part.notes)
     if isinstance(x, keras.utils.PyDataset):
         return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
     if "torch" in sys.modules:  # the user's DataLoader: torch is imported
@@ -32,11 +33,15 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
 
         # Keras 3 takes the worker's whole batch and spreads it over the worker's devices
         return tf_data.worker_part(x, y, sample_weight, request, request.replicas_per_worker)
-    return sharding.other_part(x, y, sample_weight, request)
+    part = sharding.other_part(x, y, sample_weight, request)
+    if part.kind == "generator":  # Keras 3 spreads the worker's batch over its devices: one per step
+        part.x.joined = True
+        part.x = (batch for batch in part.x)  # a Python generator, which Keras 3 takes as such
+    return part
 
 
-class EverySamplePyDataset(sharding.EverySampleBatches, keras.utils.PyDataset):
-    """This worker's padded batches under data_policy='every_sample' (kscale.sharding.EverySampleBatches)."""
+class WeightedArrayBatches(sharding.ArrayBatches, keras.utils.PyDataset):
+    """This worker's batches of training arrays whose last step is shared (kscale.sharding.ArrayBatches)."""
 
 
 class ShardedPyDataset(sharding.BatchShard, keras.utils.PyDataset):

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import weakref
 from typing import Any
 
 import keras
-import numpy as np
 
-from kscale import _keras_private
+from kscale import _keras_private, step_weights
 from kscale.callbacks import for_this_worker
 from kscale.errors import BackendError, ModelError, OptionError
 from kscale.keras3 import data, rebuild
 from kscale.keras3.learning_rate import RATES
-from kscale.metric_states import results_from_states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,15 +39,10 @@ class Keras3Options:
 class Keras3Family:
     generation = 3
     learning_rates = RATES
-    #: Keras 3 evaluates with Keras' own distributed evaluate, unless the backend evaluates on a copy.
+    #: Keras 3 evaluates with Keras' own distributed evaluate (backends whose feed is uneven say so).
     uneven_evaluation = False
     #: The iterators of a tf.data dataset Keras' own fit makes in one process (each draws a shuffle's order).
     fit_iterators = _keras_private.KERAS3_FIT_ITERATORS
-
-    def __init__(self) -> None:
-        # `local_copy`'s copies, by model: gone with the model (an id could be reused by another one)
-        self._local_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._copyable: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # can_copy's answers
 
     @staticmethod
     def keras_module() -> Any:
@@ -63,11 +55,18 @@ class Keras3Family:
     def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
         return rebuild.rebuild_in(model, owner, weights)
 
-    def fresh_compile_args(self, args: dict) -> dict:
-        return rebuild.fresh_compile_args(args)
+    def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
+        return rebuild.fresh_compile_args(args, strategy)
 
     def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
         """Nothing: Keras 3 builds it on its first batch, inside the scope its fit enters."""
+
+    def watch_step_weights(self, model: Any) -> None:
+        """The model's train_step takes the gradient weight off the batches that carry one (its JAX
+        train_step takes (state, data)); and Keras 3 reads a batch itself to build the model before fit's
+        first step: without the weight around it."""
+        step_weights.watch(model, stateless=keras.config.backend() == "jax")
+        _keras_private.symbolic_build_without(model, step_weights.batch_of)
 
     # -- what Keras 3 cannot do under a tf.distribute strategy: stopped before training, saying what works --
     def check_strategy_model(self, backend: Any, model: Any) -> None:
@@ -111,22 +110,17 @@ class Keras3Family:
         if _has_no_call(model) and _sub_models_built(model):
             model.built = True
 
-    def check_evaluation_in_strategy(self, backend: Any, model: Any) -> None:
-        """A model Keras cannot copy is evaluated in the strategy, on uneven batches, where Keras 3 reports
-        each output's own loss unweighted by its batch's size (its trace does not know the size): a model
-        of several outputs is stopped before it is evaluated (or before fit trains it, when it
-        validates), rather than report numbers one process would not."""
+    def strategy_model_notes(self, model: Any) -> list[str]:
+        """A model of several losses: Keras 3 on TensorFlow, in one process, weighs each output's own loss
+        of a batch whose size its retraced step does not know (a short last batch) as one sample; under a
+        strategy kscale weighs every batch by its rows (_keras_private.keras3_strategy_fixed)."""
         loss = _keras_private.compile_arguments(model).get("loss")
-        several_losses = isinstance(loss, dict | list | tuple) and len(loss) > 1
-        if several_losses or len(getattr(model, "outputs", None) or []) > 1:
-            raise ModelError(
-                f"Keras 3 under a tf.distribute strategy (the {backend.name} backend) evaluates a model "
-                f"exactly on a copy of it, and Keras cannot copy {type(model).__name__} from its config; "
-                "evaluated as it is, the losses of its several outputs would be reported from batches of "
-                "uneven sizes unweighted. Give it get_config() and from_config(), train it without "
-                "validation data and evaluate it as one process, or train it with Keras 3 on JAX "
-                "(KERAS_BACKEND=jax, `kscale run --engine jax`)."
-            )
+        if isinstance(loss, dict | list | tuple) and len(loss) > 1:
+            return [
+                "each output's own loss (History, evaluate) is its mean over every sample; Keras 3 on "
+                "TensorFlow alone weighs a short last batch's as one sample"
+            ]
+        return []
 
     def check_strategy_compile(self, backend: Any, args: dict, optimizer: Any, options: Any) -> None:
         """Keras 3's TensorFlow trainer fails under a strategy with steps_per_execution > 1 (deep in its
@@ -200,46 +194,6 @@ class Keras3Family:
             else cb
             for cb in callbacks
         ]
-
-    # -- evaluation on a copy of the model ------------------------------------------------------------------
-    def evaluate_on_copy(self, backend: Any, model: Any, arguments: dict, compile_args: dict) -> dict:
-        """Where Keras' own distributed evaluate loses or miscounts samples (the backend's
-        `evaluates_on_copy`), each process evaluates its own part, whatever its size, on its own copy of the
-        model (current weights, the model's loss and metrics), and the metrics' states are combined over
-        processes: exact, as one process evaluating everything. The copy runs outside the distribution."""
-        arguments = _keras_private.without_fit_validation_flag(arguments)
-        with backend.outside_distribution():
-            local = self.local_copy(model, compile_args)
-            logs = local.evaluate(**arguments)
-            return results_from_states(local, logs, backend.reduced_metric_states, backend.averaged_numbers)
-
-    def can_copy(self, backend: Any, model: Any) -> bool:
-        """Whether `local_copy` can copy `model` (Keras' clone, from its config); tried once per model."""
-        if model not in self._copyable:
-            try:
-                with backend.outside_distribution():
-                    self.local_copy(model)
-                self._copyable[model] = True
-            except Exception:  # the user's get_config / from_config: anything can go wrong there
-                self._copyable[model] = False
-        return self._copyable[model]
-
-    def local_copy(self, model: Any, compile_args: dict | None = None) -> Any:
-        """A copy of `model` built where this is called (under the backend's `outside_distribution`) with
-        `model`'s current weights, compiled with `compile_args` (fresh loss and metric objects) when they
-        are given; made once per model."""
-        local = self._local_copies.get(model)
-        weights = [np.asarray(w) for w in model.get_weights()]  # replicated: every process holds them
-        if local is None:
-            local = _keras_private.clone_uncompiled(keras, model)
-            self._local_copies[model] = local
-        if not local.built and model.built:  # copied before its first batch built it (can_copy)
-            local.build_from_config(model.get_build_config())
-        if compile_args is not None and not local.compiled:
-            local.compile(**self.fresh_compile_args(compile_args))
-        local.set_weights(weights)
-        rebuild.copy_preprocessing_state(model, local)
-        return local
 
 
 def _accumulation_steps(optimizer: Any) -> int:

@@ -83,9 +83,20 @@ def _all_layers(model: Any) -> list:
     return found
 
 
-def fresh_compile_args(args: dict) -> dict:
-    """Compile arguments whose metric and loss objects are new instances (created where they are used)."""
-    return _fresh_compile_args(args, keras, keras.tree.map_structure)
+def fresh_compile_args(args: dict, strategy: Any = None) -> dict:
+    """Compile arguments whose metric and loss objects are new instances (created where they are used),
+    but the user's own metrics whose variables all live in `strategy` (made in it: after `import kscale`)
+    and the losses (Keras 3's are stateless), which stay as they are: a metric of a lambda cannot be made
+    again from its config, and the user reads their own objects' state."""
+
+    def keep(obj: Any) -> bool:
+        if isinstance(obj, keras.losses.Loss):
+            return strategy is not None
+        return strategy is not None and all(
+            strategy.extended.variable_created_in_scope(v.value) for v in obj.variables
+        )
+
+    return _fresh_compile_args(args, keras, keras.tree.map_structure, keep=keep)
 
 
 def learning_rate_of(optimizer: Any) -> Any:

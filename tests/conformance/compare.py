@@ -18,6 +18,10 @@ import numpy as np
 from tests.conformance import harness
 
 TOLERANCE = 1e-5
+#: What the ranks' records (predict, evaluate: computed by each rank on its own, from bit-identical weights)
+#: may differ by: oneDNN's CPU kernels pick code paths by the buffers' alignment, and a prediction of the
+#: same rows by the same weights came out 1 ulp apart on two Horovod ranks. The weights must be identical.
+RANK_NOISE = 1e-6
 #: Records that only the chief holds (what it alone wrote): compared with the reference, not across ranks.
 CHIEF_ONLY_PREFIX = "chief_"
 
@@ -88,7 +92,7 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int, way: str
         )
         for name, value in result["records"].items():
             if not name.startswith(CHIEF_ONLY_PREFIX):
-                assert max_difference(value, chief["records"][name]) == 0.0, (
+                assert max_difference(value, chief["records"][name]) <= RANK_NOISE, (
                     f"{name} differs between ranks: rank 0 {chief['records'][name]!r}, rank {rank} {value!r}"
                 )
     tolerance = getattr(module, "TOLERANCE", TOLERANCE)
@@ -102,9 +106,13 @@ def check(program: str, reference_dir: Path, run_dir: Path, ranks: int, way: str
         assert difference < tolerance, (
             f"weights differ from one process at the global batch by {difference:g}"
         )
+        # Records a way of running cannot give exactly, each with the reason in the program (and the plan
+        # saying so where the program checks it): compared within the program's bound for them.
+        inexact_under = getattr(module, "INEXACT_UNDER", {})  # by way, or by "family/way"
+        inexact = inexact_under.get(f"{harness.FAMILY}/{way}") or inexact_under.get(way, {})
         for name, value in reference["records"].items():
             difference = max_difference(chief["records"].get(name), value)
-            assert difference < tolerance, (
+            assert difference < inexact.get(name, tolerance), (
                 f"{name}: {chief['records'].get(name)!r}, one process at the global batch: {value!r}"
             )
     assert files_written(run_dir / program) == files_written(reference_dir / program), "files written differ"

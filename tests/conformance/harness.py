@@ -83,6 +83,11 @@ class Job:
     def rate(self, per_replica: float) -> float:
         return per_replica * REPLICAS if self.reference else per_replica
 
+    def steps(self, per_replica: int) -> int:
+        """steps_per_epoch (validation_steps, steps) as a script at the per-replica batch counts them: one
+        process at the global batch runs 1/REPLICAS of them (kscale divides them by the replicas)."""
+        return per_replica // REPLICAS if self.reference else per_replica
+
     def seed(self, seed: int = 1) -> None:
         """Seed before building a model. Under tf.keras and torch every rank but the chief starts from other
         weights, so the broadcast is exercised; Keras 3 on JAX creates variables collectively (same seed
@@ -102,12 +107,19 @@ def as_if_just_imported() -> None:
     """Each program as its own script: right after `import kscale`, as if its process had just started
     (one launch runs them all, since starting the workers is most of a program's cost). What `import kscale`
     did to the process's backend (multi_worker: its strategy the process's own, until the first
-    distribute()) is done again."""
+    distribute()) is done again, and TensorFlow's global seed is unset, as in a new process: a program that
+    seeds its shuffle() before its own job.seed() must not take the seed the previous program set (under
+    tf.keras another one on every rank, to exercise the broadcast)."""
+    import sys
+
     from kscale import backends
 
     current = backends._current
     if current is not None and current.create_at_import:
         current.at_import()
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        tf.random.set_seed(None)
 
 
 def model_weights(model: Any) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""kscale.sharding: equal, disjoint parts of array input, without any framework."""
+"""kscale.sharding: disjoint parts of array input that together hold every sample, without any framework."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import pytest
 
 from kscale.errors import DataError
 from kscale.sharding import (
+    ArrayBatches,
     BatchShard,
-    EverySampleBatches,
     FeedRequest,
+    LastStep,
     Shard,
     WorkerPart,
     _concatenated,
     array_part,
-    every_sample_part,
     flatten,
     is_array_data,
     map_structure,
@@ -46,15 +46,39 @@ def test_array_data_is_arrays_or_structures_of_them():
 
 
 @pytest.mark.parametrize("total", [8, 9, 11])
-def test_two_workers_get_equal_strided_parts(total):
+def test_two_workers_get_strided_parts_of_every_sample(total):
     x = np.arange(total)
     parts = [array_part(x, x * 10, None, request(index=r)) for r in range(2)]
-    assert [p.length for p in parts] == [total // 2] * 2
-    np.testing.assert_array_equal(parts[0].x, x[0 : total // 2 * 2 : 2])
-    np.testing.assert_array_equal(parts[1].y, 10 * x[1 : total // 2 * 2 : 2])
+    usable = {8: 8, 9: 8, 11: 11}[total]
+    assert [p.length for p in parts] == [(usable + 1) // 2, usable // 2]
+    np.testing.assert_array_equal(parts[0].x, x[:usable:2])
+    np.testing.assert_array_equal(parts[1].y, 10 * x[1:usable:2])
+    # 8 per step (4 per replica): the last step's samples, 1 or 3, go to the replicas with their shares
+    last = {8: None, 9: None, 11: LastStep(3, 2)}[total]
+    assert parts[0].last_step == last
     assert parts[0].notes == (
-        [f"1 trailing sample(s) of {total} unused so workers stay even"] if total % 2 else []
+        [
+            "1 trailing sample(s) of 9 unused so no replica is left without a sample (fewer than the 2 "
+            "replicas in the last step)"
+        ]
+        if total == 9
+        else [
+            "every sample once per epoch: the last step's 3 samples cut in 2 slices, each replica's "
+            "gradient weighted by its slice's share"
+        ]
+        if total == 11
+        else []
     )
+    if total == 9:  # the ninth sample alone would leave a replica without one: left out, and said
+        assert sorted([*parts[0].x, *parts[1].x]) == list(range(8))
+
+
+def test_a_replicas_weight_is_its_share_of_the_last_step():
+    last = LastStep(samples=11, replicas=2)
+    assert (last.weight(6), last.weight(5)) == pytest.approx((12 / 11, 10 / 11))
+    losses = np.random.default_rng(0).random(11)
+    replicas_mean = (last.weight(6) * losses[:6].mean() + last.weight(5) * losses[6:].mean()) / 2
+    assert replicas_mean == pytest.approx(losses.mean())  # one process's mean over the 11
 
 
 def test_fewer_samples_than_workers_is_a_data_error():
@@ -72,8 +96,8 @@ def test_steps_beyond_the_data_and_unsplittable_input_are_data_errors():
     part = array_part(np.zeros(16), None, None, request())
     with pytest.raises(DataError, match="asks each worker for 5 steps"):
         one_process_feed(part, request(steps=5))
-    with pytest.raises(DataError, match="cannot split generator"):
-        other_part((i for i in range(3)), None, None, request())
+    with pytest.raises(DataError, match="cannot split dict"):  # no batches kscale can cut
+        other_part({"rows": [1, 2, 3]}, None, None, request())
     assert other_part([1, 2], None, None, request(workers=1)).kind == "other"
 
 
@@ -187,66 +211,50 @@ def test_batch_shard_shuffles_its_steps_alike_on_every_worker_and_anew_each_epoc
     assert feed.shuffle is False  # Keras would shuffle each worker's batches with its own `random`
 
 
-def _every_sample_batches(workers, index, total=101, per_replica=8, replicas_per_worker=1, per_item=1):
-    request = FeedRequest(
-        per_replica,
-        False,
-        None,
-        "training data",
-        "every_sample",
-        Shard(index, workers),
-        replicas_per_worker,
-        True,
+def _array_batches(
+    workers, index, total=101, per_replica=8, replicas_per_worker=1, equal=False, weights=True
+):
+    feed = FeedRequest(
+        per_replica, False, None, "training data", "shard", Shard(index, workers), replicas_per_worker, equal
     )
     x = np.arange(total, dtype="float32").reshape(total, 1)
-    return EverySampleBatches(x, np.arange(total), None, request, per_item)
+    w = np.full(total, 2.0, np.float32) if weights else None
+    part = array_part(x, np.arange(total), w, feed)
+    return ArrayBatches(part, feed)
 
 
-@pytest.mark.parametrize(
-    "workers, replicas_per_worker, per_item", [(2, 1, 1), (1, 2, 1), (2, 2, 2), (3, 1, 1)]
-)
-def test_every_sample_batches_cover_every_sample_once_with_the_last_step_reweighted(
-    workers, replicas_per_worker, per_item
+@pytest.mark.parametrize("workers, replicas_per_worker, equal", [(2, 1, False), (3, 1, False), (2, 2, True)])
+def test_array_batches_take_every_sample_once_with_the_last_steps_weights(
+    workers, replicas_per_worker, equal
 ):
-    seen, weight_of = [], {}
+    replicas = workers * replicas_per_worker
+    global_batch = 8 * replicas
+    last = 101 % global_batch
+    seen, factors = [], []
     for index in range(workers):
-        batches = _every_sample_batches(
-            workers, index, replicas_per_worker=replicas_per_worker, per_item=per_item
-        )
-        global_batch = 8 * workers * replicas_per_worker
-        assert (
-            len(batches) == -(-101 // global_batch) * replicas_per_worker // per_item
-        )  # the same everywhere
+        batches = _array_batches(workers, index, replicas_per_worker=replicas_per_worker, equal=equal)
+        assert len(batches) == -(-101 // global_batch)  # the same on every worker
         for i in range(len(batches)):
-            x, y, w = batches[i]
-            assert len(x) == len(y) == len(w) == 8 * per_item  # full size: padded
+            (_x, y, w), factor = batches[i]
             real = w > 0
             seen += y[real].tolist()
-            weight_of.update(zip(y[real].tolist(), w[real].tolist()))
-            assert (x[~real] == 0).all()
+            assert (w[real] == 2.0).all() and len(factor) == len(y)  # the user's weights; one per row
+            factors.append((int(real.sum()), float(factor[0]), len(y)))
     assert sorted(seen) == list(range(101))
-    last = 101 - (101 // global_batch) * global_batch  # real samples in the last global step
-    assert sorted(set(weight_of.values())) == pytest.approx(sorted({1.0, global_batch / last}))
+    in_last = [(rows, f, padded) for rows, f, padded in factors if f != 1.0 or rows < 8 * replicas_per_worker]
+    if equal:  # one padded size everywhere, the padded batch's mean scaled up to the real samples'
+        each = -(-last // replicas) * replicas_per_worker
+        assert {padded for _, _, padded in in_last} == {each}
+        assert all(f == pytest.approx(replicas * -(-last // replicas) / last) for _, f, _ in in_last)
+    else:  # no padding: each replica's weight is its share, R·m_r/m
+        assert sum(rows for rows, _, _ in in_last) == last
+        assert all(f == pytest.approx(replicas * rows / last) for rows, f, _ in in_last)
 
 
-def test_every_sample_batches_shuffle_alike_on_every_worker_and_anew_each_epoch():
-    parts = [_every_sample_batches(2, index) for index in range(2)]
-    for part in parts:
-        part.shuffle = True
-        part.on_epoch_end()
-    first = sorted(
-        y for part in parts for i in range(len(part)) for y, w in zip(part[i][1], part[i][2]) if w > 0
-    )
-    assert first == list(range(101))  # still disjoint and complete: the workers drew the same permutation
-    order = [parts[0][i][1].tolist() for i in range(len(parts[0]))]
-    parts[0].on_epoch_end()
-    assert [parts[0][i][1].tolist() for i in range(len(parts[0]))] != order
-
-
-def test_every_sample_refuses_input_it_cannot_pad():
-    request = FeedRequest(8, False, None, "training data", "every_sample", Shard(0, 2), 1, True)
-    with pytest.raises(DataError, match="every_sample"):
-        every_sample_part(iter([]), None, None, request, EverySampleBatches, 1)
+def test_array_batches_without_weights_need_none_unless_padded():
+    (batch, _factor) = _array_batches(2, 1, weights=False)[0]
+    assert len(batch) == 2  # (x, y): a batch as the user gave it, its weight beside it
+    assert len(_array_batches(2, 1, replicas_per_worker=1, equal=True, weights=False)[0].batch) == 3
 
 
 def test_unknown_length_advice_names_both_ways_that_keep_training():
@@ -272,3 +280,46 @@ def test_class_weight_with_several_outputs_is_refused_as_keras_refuses_it():
 
     with pytest.raises(DataError, match="one output"):
         class_weighted({"a": np.zeros(2), "b": np.zeros(2)}, None, {0: 1.0})
+
+
+def _generator(rows=4):
+    start = 0
+    while True:
+        yield np.arange(start, start + rows, dtype="float32")[:, None], np.arange(start, start + rows)
+        start += rows
+
+
+@pytest.mark.parametrize("workers, replicas_per_worker, joined", [(2, 1, False), (2, 2, False), (2, 2, True)])
+def test_a_generator_gives_each_replica_every_rth_batch(workers, replicas_per_worker, joined):
+    replicas = workers * replicas_per_worker
+    seen = []
+    for index in range(workers):
+        feed = request(workers=workers, index=index, replicas_per_worker=replicas_per_worker, steps=3)
+        part = other_part(_generator(), None, None, feed)
+        assert part.kind == "generator" and "replica i mod" in part.notes[0]
+        part.x.joined = joined
+        per_step = 1 if joined else replicas_per_worker
+        batches = [next(part.x) for _ in range(3 * per_step)]
+        seen.append([b[1].tolist() for b in batches])
+        # every worker read the same first step, and says which targets it saw
+        assert [a.tolist() for a in part.fingerprint] == [
+            list(range(4 * i, 4 * i + 4)) for i in range(replicas)
+        ]
+    for step in range(3):  # step s: batches s·R .. s·R+R-1 of the generator, in the replicas' order
+        rows = [
+            r for worker in seen for r in worker[step * (len(worker) // 3) : (step + 1) * (len(worker) // 3)]
+        ]
+        flat = sorted(v for batch in rows for v in batch)
+        assert flat == list(range(step * 4 * replicas, (step + 1) * 4 * replicas))
+
+
+def test_a_generator_of_samples_or_without_steps_is_a_data_error():
+    def samples():
+        while True:
+            yield np.zeros(4, "float32"), np.float32(1.0)
+
+    with pytest.raises(DataError, match="not a batch"):
+        other_part(samples(), None, None, request(steps=2))
+    with pytest.raises(DataError, match="needs steps_per_epoch"):
+        other_part(_generator(), None, None, request())
+    assert other_part(_generator(), None, None, request(workers=1)).kind == "other"  # one process: Keras'

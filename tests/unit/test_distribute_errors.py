@@ -10,6 +10,7 @@ import kscale
 from kscale.errors import DataError, KScaleError, ModelError, OptionError
 
 from .conftest import regression_data, tiny_model
+from .test_distributed_model import assert_same_weights
 from .test_tf_data import Batches
 
 pytestmark = pytest.mark.usefixtures("single_process")
@@ -278,15 +279,27 @@ def test_dataset_of_unknown_length_on_two_workers_is_counted_once(distribute_as_
 
 
 # -- data kscale cannot split ----------------------------------------------------------------------------
-def test_generator_with_shard_policy_on_two_workers(distribute_as_worker):
+def test_a_generator_of_samples_on_two_workers_says_to_batch_them(distribute_as_worker):
     model = distribute_as_worker(tiny_model())
     x, y = regression_data(8)
-    batches = ((x[i : i + 2], y[i : i + 2]) for i in range(0, 8, 2))
+    samples = ((x[i], y[i]) for i in range(8))  # one sample at a time: no batch to hand a replica
     with pytest.raises(DataError) as err:
-        model.fit(batches, steps_per_epoch=2, verbose=0)
+        model.fit(samples, steps_per_epoch=2, verbose=0)
     message = message_of(err)
-    assert "cannot split generator training data between 2 workers" in message
-    assert "Dataset.from_generator" in message and "data_policy='none'" in message
+    assert "not a batch" in message and "from_generator(...).batch(batch_size)" in message
+
+
+def test_a_generator_of_batches_on_two_workers_gives_worker_r_batches_r_r_plus_2(distribute_as_worker):
+    x, y = regression_data(16)
+    distributed = distribute_as_worker(tiny_model(lr=0.05), worker_index=1)
+    batches = ((x[i : i + 2], y[i : i + 2]) for i in range(0, 16, 2))
+    distributed.fit(batches, steps_per_epoch=8, verbose=0)  # 8 batches of 2: 4 steps of 2 batches
+    assert distributed.kscale_plan.steps_per_epoch_after == 4
+    # The stub averages nothing: worker 1 trains on batches 1, 3, 5, 7 at the rate scaled for 2 replicas
+    plain = tiny_model(lr=0.1)
+    odd = np.concatenate([np.arange(i, i + 2) for i in range(2, 16, 4)])
+    plain.fit(x[odd], y[odd], batch_size=2, shuffle=False, verbose=0)
+    assert_same_weights(distributed, plain, rtol=1e-6)
 
 
 def test_no_training_data():

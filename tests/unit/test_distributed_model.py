@@ -259,13 +259,16 @@ def test_each_worker_trains_on_its_own_shard(distribute_as_worker):
     distributed = distribute_as_worker(model, worker_index=1)
     distributed.fit(x, y, batch_size=4, shuffle=False, verbose=0)
     plan = distributed.kscale_plan
-    assert plan.steps_per_epoch_after == math.ceil(10 / 4)  # 21 samples: 10 each, 1 unused
-    assert plan.notes == ("1 trailing sample(s) of 21 unused so workers stay even",)
+    assert plan.steps_per_epoch_after == math.ceil(10 / 4)  # 21 samples: 11 and 10, in 3 steps
+    assert plan.notes == (
+        "every sample once per epoch: the last step's 5 samples cut in 2 slices, each replica's gradient "
+        "weighted by its slice's share",
+    )
     assert plan.global_batch == 8
     # Which samples: worker 1 of 2 trains on every second one from index 1 (the stub averages nothing,
     # so it matches plain Keras on exactly those samples at the rate scaled for 2 replicas).
     plain = tiny_model(lr=0.1)
-    plain.fit(x[1:20:2], y[1:20:2], batch_size=4, shuffle=False, verbose=0)
+    plain.fit(x[1::2], y[1::2], batch_size=4, shuffle=False, verbose=0)
     assert_same_weights(distributed, plain, rtol=1e-6)
 
 
@@ -418,5 +421,6 @@ def test_a_fit_of_the_users_own_runs_or_says_what_it_lacks(distribute_as_worker,
     with pytest.raises(kscale.errors.ModelError) as err:  # never called without kscale's data and callbacks
         distributed.fit(x, y, epochs=2)  # as its own signature takes it
     message = str(err.value)
-    assert "FitWithoutKwargs.fit() (your override) takes no batch_size, callbacks" in message
+    # 16 samples in one step of 2 × 32: a dataset of the weighted last step, which takes no batch_size
+    assert "FitWithoutKwargs.fit() (your override) takes no callbacks, sample_weight" in message
     assert "**kwargs" in message

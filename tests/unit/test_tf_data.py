@@ -301,14 +301,6 @@ def test_sequence_to_dataset_round_trip(as_list):
     assert sequence.epochs_ended == 1  # one pass ends one epoch
 
 
-def test_balanced_sizes_differ_by_at_most_one_and_add_up():
-    from kscale.tf_data import balanced_sizes
-
-    assert balanced_sizes(20, 4) == [5, 5, 5, 5]
-    assert balanced_sizes(51, 4) == [13, 13, 13, 12]
-    assert balanced_sizes(3, 3) == [1, 1, 1]
-
-
 def test_arrays_in_batches_gives_every_sample_once_in_the_sizes_asked():
     from kscale.tf_data import arrays_in_batches
 
@@ -446,7 +438,6 @@ def _with_policy(dataset: tf.data.Dataset, policy) -> tf.data.Dataset:
 def test_the_datasets_own_auto_shard_policy_overrides_the_choice(tmp_path):
     """DATA: every worker reads all and keeps its batches; OFF: not sharded (the user shards it); FILE:
     by file, an error when it cannot be."""
-    from kscale.errors import DataError
     from kscale.sharding import FeedRequest
     from kscale.tf_data import worker_part
 
@@ -494,3 +485,24 @@ def test_arrays_cut_in_each_steps_slices_for_the_replicas_the_last_step_too(samp
     assert [len(b) for b in batches] == [8] * (2 * (samples // 16)) + last_step
     taken = [v for b in batches for v in b]
     assert taken == list(range(len(taken)))  # consecutive: step s holds samples 16s .. 16s+15
+
+
+def test_shuffle_seeds_are_read_from_the_dataset_and_an_unseeded_shuffle_cannot_be_cut_by_batch():
+    """Worker r takes batches r, r+N, ... of the order it reads: the workers compare their shuffles' seeds,
+    and a shuffle without one (each worker its own order) is a DataError before any worker trains."""
+    from kscale.sharding import FeedRequest
+    from kscale.tf_data import shuffle_seeds, worker_part
+
+    def shuffled(seed=None):
+        return tf.data.Dataset.range(16).shuffle(16, seed=seed).batch(2)
+
+    tf.random.set_seed(None)  # as a script starts: another test may have set the global seed
+    assert shuffle_seeds(shuffled(seed=3)) == shuffle_seeds(shuffled(seed=3)) != shuffle_seeds(shuffled(4))
+    nested = tf.data.Dataset.range(2).interleave(lambda _: tf.data.Dataset.range(4).shuffle(4, seed=5))
+    assert len(shuffle_seeds(nested)) == 1  # inside interleave's function too
+    request = FeedRequest(2, False, None, "training data", "shard", Shard(0, 2))
+    part = worker_part(shuffled(seed=3), None, None, request)
+    assert part.fingerprint is not None and part.fingerprint[0].size == 2
+    with pytest.raises(DataError, match="shuffle\\(\\) without a seed"):
+        worker_part(shuffled(), None, None, request)
+    assert worker_part(shuffled(), None, None, FeedRequest(2, False, None, "x", "shard")).fingerprint is None

@@ -1,8 +1,10 @@
 """keras.io "The Functional API" (multi-input, multi-output): two named inputs, two named outputs with
 their own losses and loss weights, dict data, validation_data, evaluate(return_dict=True).
 
-evaluate is given the batch size: Keras 3 on TensorFlow reports each output's loss as the mean of its
-batches' means (the total loss is exact), which depends on the batch size even in one process."""
+evaluate is given the batch size, 80 samples at 32: Keras 3 on TensorFlow, in one process, weighs each
+output's own loss of the last batch (16, retraced with a batch size it does not know) as one sample (the
+total loss is exact). kscale's strategies weigh every batch by its rows: the true means, checked against
+the predictions, not that one process's numbers (multi_output_uneven shows the same on 301 samples)."""
 
 import numpy as np
 
@@ -10,6 +12,8 @@ from tests.conformance.harness import data
 
 FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
+#: One process's per-output losses are off on Keras 3's TensorFlow (see above): kscale's are the true ones.
+INEXACT_UNDER = {"keras3-tf/mirrored": {"evaluate": 5e-2}, "keras3-tf/multi_worker": {"evaluate": 5e-2}}
 
 
 def main(job):
@@ -47,5 +51,23 @@ def main(job):
     job.record(
         "evaluate", model.evaluate(inputs, targets, batch_size=job.batch(16), verbose=0, return_dict=True)
     )
-    job.record("predict", model.predict(inputs, verbose=0))
+    predicted = model.predict(inputs, verbose=0)
+    job.record("predict", predicted)
+    value, flag = (predicted["value"], predicted["flag"]) if isinstance(predicted, dict) else predicted
+    clipped = np.clip(flag, 1e-7, 1 - 1e-7)
+    job.record(
+        "true_losses",
+        {
+            "value_loss": float(np.mean((value - (y1 + y2)) ** 2)),
+            "flag_loss": float(-np.mean(labels * np.log(clipped) + (1 - labels) * np.log(1 - clipped))),
+        },
+    )
     return model
+
+
+def _per_output_losses_are_true_means(records):
+    for name, expected in records["true_losses"].items():
+        assert abs(float(records["evaluate"][name]) - float(expected)) < 1e-4, (name, records["evaluate"])
+
+
+CHECKS = (_per_output_losses_are_true_means,)

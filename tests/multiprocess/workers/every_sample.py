@@ -1,8 +1,7 @@
-"""Train on 101 samples with data_policy='every_sample'; dump the weights (tests/multiprocess/test_every_sample.py).
+"""Train on 101 samples (every sample: kscale's default); dump the weights (tests/multiprocess/test_every_sample.py).
 
 every_sample.py MODE WORKDIR SHUFFLE EPOCHS
   MODE reference      plain Keras, one process, batch 2b, lr 2η, no shuffling (the target without shuffling)
-  MODE single         kscale, one process, batch 2b, lr 2η (the target with kscale's shuffling)
   MODE mirrored       kscale, 2 logical CPUs, batch b, lr η
   MODE horovod        kscale under horovodrun -np 2, batch b, lr η
   MODE multi_worker   kscale, 2 TF_CONFIG workers, batch b, lr η
@@ -38,7 +37,7 @@ one_process = mode in ("reference", "single")
 model.compile(optimizer=tf.keras.optimizers.SGD(LR * (2 if one_process else 1)), loss="mse")
 if mode != "reference":
     options = {"backend": "mirrored", "devices": ["CPU:0", "CPU:1"]} if mode == "mirrored" else {}
-    model = kscale.distribute(model, data_policy="every_sample", print_plan=False, **options)
+    model = kscale.distribute(model, print_plan=False, **options)
 history = model.fit(
     x, y, sample_weight=weights, batch_size=2 * BATCH if one_process else BATCH, epochs=epochs,
     shuffle=shuffle, verbose=0,

@@ -1,0 +1,99 @@
+"""A replica's share of a step whose slices differ in size: what makes the last step of array data exact.
+
+One process at the global batch B trains its last step on the m < B samples left: its loss is their
+mean. Cut in R slices of m_r samples (as even as they go, every sample used), each replica's loss is its
+slice's mean, and the replicas' gradients averaged as they are (1/R each) would weigh a sample of a short
+slice more than one of a long one. Weighted by their sizes, R·m_r/m each, their mean is one process's:
+Σ_r (m_r/m) ∇mean_r = ∇ Σ l / m. Each replica still computes its loss and metrics on its own samples
+only, so History and the metrics' states stay one process's too (no padding is counted).
+
+The weight travels with the data (`Weighted`, around the batch kscale feeds), so no collective is needed
+to learn it: the step takes it off the batch (`take_off`) before Keras or the user's train_step sees the
+batch, and the backend's gradient averaging multiplies by it (`scale`). A step without one (full steps,
+every other kind of data, train_on_batch) keeps its gradients as they are.
+
+Exact for losses that are a mean over the batch: Keras' default reduction ('sum_over_batch_size'), every
+built-in loss, and a train_step's own loss where it averages its batch (tf.reduce_mean, a Loss object),
+which is what the replicas' mean of gradients already assumes on full steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, NamedTuple
+
+
+class Weighted(NamedTuple):
+    """A batch and its replica's gradient weight (a scalar), as kscale's feed yields the batches of a step
+    whose slices differ in size."""
+
+    batch: Any
+    weight: Any
+
+
+_local = threading.local()  # per thread: a tf.distribute strategy traces each replica in its own
+
+
+def batch_of(data: Any) -> Any:
+    """The batch of `data`, without its weight where it has one."""
+    return data.batch if isinstance(data, Weighted) else data
+
+
+def take_off(data: Any) -> Any:
+    """The batch without its weight, the weight kept for `scale` (none where the batch has none)."""
+    if isinstance(data, Weighted):
+        _local.weight = data.weight
+        return data.batch
+    _local.weight = None
+    return data
+
+
+def scale(gradients: list) -> list:
+    """The step's gradients times its replica's weight (as they are where the step has none)."""
+    weight = getattr(_local, "weight", None)
+    if weight is None:
+        return gradients
+    if getattr(weight, "ndim", 0):  # one row per sample, cut with the batch (Keras 3's own feeds)
+        weight = weight[0]
+    return [None if g is None else g * _as(weight, g) for g in gradients]
+
+
+def _as(weight: Any, gradient: Any) -> Any:
+    """The weight in the gradient's dtype, in its framework (a tensor of the step, or a number)."""
+    if isinstance(weight, int | float):
+        return weight
+    cast = getattr(gradient, "dtype", None)
+    if hasattr(weight, "to") and cast is not None:  # torch
+        return weight.to(dtype=cast, device=gradient.device)
+    if hasattr(weight, "astype") and cast is not None:  # numpy, JAX
+        return weight.astype(cast)
+    import tensorflow as tf
+
+    return tf.cast(weight, gradient.dtype)
+
+
+def watch(model: Any, stateless: bool = False) -> None:
+    """Make `model`'s train_step take the weight off each batch first (once per model). `stateless`: Keras
+    3 on JAX, whose train_step takes (state, data)."""
+    if "_kscale_step_weights" in vars(model):
+        return
+    step = model.train_step  # the class's, or what kscale bound before (the strategies' own watch)
+
+    if stateless:
+
+        def train_step(state: Any, data: Any) -> Any:
+            try:
+                return step(state, take_off(data))
+            finally:
+                _local.weight = None  # no stale weight for an update outside the step
+
+    else:
+
+        def train_step(data: Any) -> Any:
+            try:
+                return step(take_off(data))
+            finally:
+                _local.weight = None
+
+    object.__setattr__(model, "train_step", train_step)
+    object.__setattr__(model, "_kscale_step_weights", True)

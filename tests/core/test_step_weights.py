@@ -1,0 +1,53 @@
+"""kscale.step_weights: a replica's gradient weight travels with its batch, is taken off before the step sees
+the batch, and scales that step's gradients only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kscale import step_weights
+from kscale.step_weights import Weighted
+
+
+class Model:
+    """A stand-in for a Keras model: its train_step records what it gets and returns the scaled gradients."""
+
+    def __init__(self):
+        self.seen = []
+
+    def train_step(self, data):
+        self.seen.append(data)
+        return step_weights.scale([np.ones(2, np.float32), None])
+
+
+def test_the_step_gets_the_batch_and_its_gradients_are_weighted_by_its_share():
+    model = Model()
+    step_weights.watch(model)
+    batch = (np.zeros((3, 1)), np.zeros(3))
+    gradients = model.train_step(Weighted(batch, np.float32(1.5)))
+    assert model.seen[-1] is batch and gradients[1] is None
+    np.testing.assert_array_equal(gradients[0], [1.5, 1.5])
+    # one weight per row, as Keras 3 cuts it with the batch: the first is the step's
+    gradients = model.train_step(Weighted(batch, np.full(3, 0.5, np.float32)))
+    np.testing.assert_array_equal(gradients[0], [0.5, 0.5])
+
+
+def test_a_batch_without_a_weight_and_an_update_outside_the_step_are_left_alone():
+    model = Model()
+    step_weights.watch(model)
+    step_weights.watch(model)  # once per model
+    model.train_step(Weighted((np.zeros(1),), 2.0))
+    np.testing.assert_array_equal(model.train_step((np.zeros(1),))[0], [1.0, 1.0])
+    plain = [np.ones(2, np.float32)]
+    assert step_weights.scale(plain) is plain  # after a step: nothing left over
+    assert step_weights.batch_of(Weighted("batch", 1.0)) == "batch" and step_weights.batch_of("x") == "x"
+
+
+def test_a_stateless_step_takes_its_state_first():
+    class Stateless:
+        def train_step(self, state, data):
+            return state, data
+
+    model = Stateless()
+    step_weights.watch(model, stateless=True)
+    assert model.train_step("state", Weighted("batch", 1.0)) == ("state", "batch")
