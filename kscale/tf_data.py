@@ -445,6 +445,14 @@ def epochs_in_one_process_order(
     return stream
 
 
+def of_unknown_length(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` with its length unknown to Keras. Keras 3 makes a new iterator as soon as an evaluation
+    has read as many batches as a dataset's known length; the next evaluation drops it unread, and what its
+    prefetch took meanwhile (batches of a generator, a Sequence's pass, an order of a reshuffling
+    shuffle()) is never given again: the next evaluation would read other batches than one process."""
+    return dataset.filter(lambda *_: True)
+
+
 def after_last_epoch(dataset: tf.data.Dataset, iterators: Any) -> None:
     """The iterators one process's fit makes of `dataset` after its last epoch (`iterators.after_each_epoch`),
     made and dropped here, so that what reads `dataset` next draws the order it would in one process."""

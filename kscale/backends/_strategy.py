@@ -223,7 +223,7 @@ class StrategyBackend(Backend):
         if request.evaluation:
             # One pass per evaluation: Keras makes a new iterator for each, and a repeat() read ahead by the
             # strategy's prefetch would take batches a generator (or a Sequence) then never gives again.
-            return dataset.take(per_epoch), None
+            return tf_data.of_unknown_length(dataset.take(per_epoch)), None
         if user_dataset:
             notes.append(
                 f"steps_per_epoch takes {steps} of the {available} steps of this worker's part of the "
@@ -277,6 +277,7 @@ class StrategyBackend(Backend):
         # cut different orders of a reshuffling shuffle() into their parts.
         if isinstance(x, tf.data.Dataset):  # drawing the orders one process draws
             dataset = tf_data.epochs_in_one_process_order(dataset, x, 1, self.family.fit_iterators)
+        dataset = tf_data.of_unknown_length(dataset)
         distributed = self.strategy.distribute_datasets_from_function(lambda _: dataset)
         return sharding.Feed(
             distributed, steps=steps, notes=notes, epoch_steps=steps, fingerprint=part.fingerprint
