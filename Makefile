@@ -133,7 +133,9 @@ docs: $(DOCS)/.ready
 # C-TF 656, C-JAX 292; 182% CPU); at 0f1633f 2,392 s (every lane 7-10% slower on a busier machine); at
 # 3ecc73c 1,654 s (A 1,158 s, B 461, C-TF 525, C-JAX 265; pip's cache warm; AMD EPYC Zen 4, AVX-512, no AMX);
 # at 574d46b 2,031 s with the torch lane last in the second stream (A 1,230 s, B 484, C-TF 647 with Ray,
-# C-JAX 287, C-torch 176; pip's cache warm, Ray and torch's CPU wheel local or cached).
+# C-JAX 287, C-torch 176; pip's cache warm, Ray and torch's CPU wheel local or cached);
+# at b90adc7, with a CPU-bound process (python -c "while True: pass") beside it all along, 4,939 s (A 2,545 s,
+# C-TF 1,794, B 1,389, C-JAX 492, C-torch 447: slower, green).
 test:
 	$(MAKE) --no-print-directory -j2 stream-a stream-others
 
