@@ -75,6 +75,33 @@ def learning_rate_object(optimizer: Any) -> Any:
     return rate
 
 
+#: Keras 3's optimizers read their rate through this method, for an update (the rate `update_step` gets,
+#: weight decay, torch's too) and for the public `learning_rate` alike; kscale multiplies it during an
+#: update only (kscale/keras3/learning_rate.py). Keras has no public hook between the rate as written
+#: and the rate applied.
+CURRENT_LEARNING_RATE = "_get_current_learning_rate"
+
+
+def current_learning_rate(cls: type, optimizer: Any) -> Any:
+    """Keras 3: the rate `cls`'s own code gives `optimizer` (a variable, or a schedule's value)."""
+    return getattr(cls, CURRENT_LEARNING_RATE)(optimizer)
+
+
+#: tf.keras' legacy optimizers (`tf.keras.optimizers.legacy`) read their rate for an update here only
+#: (`_prepare_local`'s "lr_t"); the public `lr` reads the hyperparameter as written.
+LEGACY_DECAYED_RATE = "_decayed_lr"
+
+
+def is_legacy_optimizer_class(cls: type) -> bool:
+    """tf.keras' legacy OptimizerV2 (no `learning_rate` property: its rate is a hyperparameter)."""
+    return hasattr(cls, LEGACY_DECAYED_RATE) and not isinstance(getattr(cls, "learning_rate", None), property)
+
+
+def legacy_decayed_rate(cls: type, optimizer: Any, var_dtype: Any) -> Any:
+    """The rate `cls`'s own code gives a legacy optimizer's update."""
+    return getattr(cls, LEGACY_DECAYED_RATE)(optimizer, var_dtype)
+
+
 def allow_replica_batch_mean(loss: Any) -> None:
     """Let a tf.keras Loss object reduce over its replica's batch (SUM_OVER_BATCH_SIZE, the default) when a
     train_step of one's own calls it under a tf.distribute strategy, as Keras' compile lets the losses it

@@ -12,7 +12,6 @@ it expects. Everything that depends on how training runs is asked of the backend
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -27,6 +26,7 @@ from kscale import _keras_private, agreement, backends, frameworks, log
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
+from kscale.learning_rate import describe
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
 from kscale.sharding import Feed, FeedRequest, Shard, class_weighted, flatten, is_array_data, split_validation
@@ -43,11 +43,10 @@ class _State:
     options: Options
     backend_options: Any
     plan: Plan
-    optimizer: Any = None  # the optimizer as the user gave it (before scaling and wrapping)
+    optimizer: Any = None  # the optimizer as the user gave it (before the backend wrapped it)
     compile_args: dict = dataclasses.field(default_factory=dict)
-    learning_rate: Any = None  # the compiled optimizer's rate, where warmup steps are set
-    rate_factor: float = 1.0  # the factor the user's rate is scaled by for this world
-    rate_factor_variable: Any = None  # the same, saved in checkpoints with the optimizer (or None)
+    #: how model.optimizer applies the rate as written (kscale.learning_rate), or None (nothing to scale)
+    scaling: Any = None
     warmup: bool = False
     plan_printed: bool = False
     #: model.optimizer is kscale's (compiled through Keras' compile), not a placeholder of the user's own
@@ -104,8 +103,6 @@ def distribute(model: Any, **options: Any) -> Any:
     object.__setattr__(placed, _STATE, _State(backend, opts, backend_options, plan))
     for name, method in _METHODS.items():
         object.__setattr__(placed, name, types.MethodType(method, placed))
-    if hasattr(type(placed), "__deepcopy__"):  # tf.keras defines its own; Keras 3 copies through pickling
-        object.__setattr__(placed, "__deepcopy__", types.MethodType(_deepcopy, placed))
     if _compile_refuses(placed, args):  # compiled by the user's own compile, which kscale cannot call again
         _adopt_own_compile(placed, optimizer)
         return placed
@@ -156,24 +153,37 @@ def _prepare_own_optimizers(model: Any) -> None:
     (averaging over workers; created in the strategy's scope). The plan lists each."""
     state = _state(model)
     backend = state.backend
-    factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
+    rates = backend.family.rates
     listed = []
     for name, value in list(vars(model).items()):
         if name.startswith("_") or name == "optimizer" or not backend.is_optimizer(value):
             continue
         known = state.own_optimizers.get(name)
         if known is None or value is not known[1]:  # the user's, new to kscale
-            base = backend.unscaled_learning_rate(backend.learning_rate_of(value))
-            scaled = backend.scaled_learning_rate(base, factor, False) if factor != 1.0 else None
             with backend.scope():
-                prepared = backend.optimizer_for(value, scaled, state.backend_options)
+                prepared = backend.optimizer_for(value, state.backend_options)
+            rates.attach_scaling(prepared, _scaling(state))
             setattr(model, name, prepared)
             known = state.own_optimizers[name] = (value, prepared)
-        before = backend.describe_learning_rate(
-            backend.unscaled_learning_rate(backend.learning_rate_of(known[0]))
-        )
-        listed.append((name, before, backend.describe_learning_rate(backend.learning_rate_of(known[1]))))
+        rate = backend.learning_rate_of(known[0])
+        listed.append((name, describe(rate, rates.SCHEDULE), _applied(state, rate)))
     _set_plan(model, dataclasses.replace(state.plan, own_optimizers=tuple(listed)))
+
+
+def _scaling(state: _State) -> Any:
+    """The model's RateScaling (kscale.learning_rate), made on first use: every optimizer it trains with
+    applies its rate with it."""
+    if state.scaling is None:
+        factor = lr_scale_factor(state.options.lr_scaling, state.backend.num_replicas)
+        state.warmup = state.options.warmup_epochs > 0 and factor != 1.0
+        state.scaling = state.backend.family.rates.rate_scaling(factor, state.warmup)
+    return state.scaling
+
+
+def _applied(state: _State, rate: Any) -> float | str:
+    """The rate an update applies, for the plan."""
+    schedule = state.backend.family.rates.SCHEDULE
+    return describe(rate, schedule) if state.scaling is None else state.scaling.describe(rate, schedule)
 
 
 def state_of(model: Any) -> _State | None:
@@ -263,29 +273,22 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
 
 
 def _compile_optimizer(model: Any, compile_fn: Callable[..., None], optimizer: Any, arguments: dict) -> None:
-    """Compile through `compile_fn` with `optimizer`'s rate scaled for the replicas, in the backend's form."""
+    """Compile through `compile_fn` with `optimizer` in the backend's form, applying the rate the script
+    writes (now or later: callbacks, `optimizer.learning_rate = x`) times the plan's factor."""
     state = _state(model)
     backend, opts = state.backend, state.options
+    rates = backend.family.rates
     optimizer = backend.resolve_optimizer(optimizer)
-    base = backend.unscaled_learning_rate(backend.learning_rate_of(optimizer))  # never scaled twice
-    factor = lr_scale_factor(opts.lr_scaling, backend.num_replicas)
-    state.warmup = opts.warmup_epochs > 0 and factor != 1.0
-    scaled = (
-        backend.scaled_learning_rate(base, factor, state.warmup) if factor != 1.0 or state.warmup else None
-    )
-    backend.compile(compile_fn, optimizer, scaled, arguments, state.backend_options)
+    rate = backend.learning_rate_of(optimizer)
+    backend.compile(compile_fn, optimizer, arguments, state.backend_options)
     state.optimizer, state.compile_args = optimizer, arguments
-    state.rate_factor = factor
-    state.rate_factor_variable = backend.rate_factor_variable(model.optimizer, factor)
-    # The compiled optimizer's own rate: Horovod rebuilds the optimizer from its config, which makes a
-    # new schedule object, and fit() must set the warmup steps on the one that is actually used.
-    state.learning_rate = backend.learning_rate_of(model.optimizer)
+    rates.attach_scaling(model.optimizer, _scaling(state))
     _set_plan(
         model,
         dataclasses.replace(
             state.plan,
-            learning_rate_before=backend.describe_learning_rate(base),
-            learning_rate_after=backend.describe_learning_rate(state.learning_rate),
+            learning_rate_before=describe(rate, rates.SCHEDULE),
+            learning_rate_after=_applied(state, rate),
             warmup_epochs=float(opts.warmup_epochs) if state.warmup else 0.0,
         ),
     )
@@ -359,17 +362,13 @@ def _fit_in_this_world(
     _print_plan_once(self)
     _set_warmup(state, feed.epoch_steps)
     _quiet_unless_chief(a, backend)
-    # Last, after BackupAndRestore (the user's) has restored a backup made by another number of workers.
-    rescale = backend.keras_module().callbacks.LambdaCallback(
-        on_train_begin=lambda logs: _rescale_restored_rate(self, feed.epoch_steps)
-    )
     # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
     after = feed.after_training
     done = (
         [backend.keras_module().callbacks.LambdaCallback(on_train_end=lambda logs: after())] if after else []
     )
-    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, rescale, *done]
+    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, *done]
     with backend.keras_steps():
         return _keras(self, "fit")(**a)
 
@@ -388,24 +387,23 @@ def _with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, a
 
 
 def _replan_world(model: Any) -> None:
-    """The world's size as it is now, and the rate factor for it (applied when training begins)."""
+    """The world's size as it is now (elastic Horovod changes it), and the rate factor for it."""
     state = _state(model)
     backend = state.backend
     if (backend.num_workers, backend.num_replicas) == (state.plan.num_workers, state.plan.num_replicas):
         return
-    state.rate_factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
-    rate = _rate_for_this_world(model)
-    if rate is None:
-        rate = backend.learning_rate_of(model.optimizer)
+    if state.scaling is not None:
+        state.scaling.factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
+    after = (
+        _applied(state, backend.learning_rate_of(model.optimizer)) if state.scales_model_optimizer else None
+    )
     _set_plan(
         model,
         dataclasses.replace(
             state.plan,
             num_workers=backend.num_workers,
             num_replicas=backend.num_replicas,
-            learning_rate_after=backend.describe_learning_rate(rate)
-            if state.scales_model_optimizer
-            else None,
+            learning_rate_after=after,
         ),
     )
     state.plan_printed = False  # a new world: say what it does
@@ -489,41 +487,10 @@ def _save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def _load_weights(self, *args: Any, **kwargs: Any) -> Any:
-    """Keras' load_weights (BackupAndRestore's restore too). A float learning rate the file brings is a
-    single-replica rate (what every kscale save writes, and what one process trains with): scaled for this
-    world, as compile scales the user's. Where the optimizer keeps its factor beside it (tf.keras), the
-    factor restored with it does that when training begins."""
-    state = _state(self)
-    before = _float_rate(self)
-    with state.backend.loading():
-        result = _keras(self, "load_weights")(*args, **kwargs)
-    after = _float_rate(self)
-    if state.rate_factor_variable is None and after is not None and after != before:
-        self.optimizer.learning_rate = after * state.rate_factor
-    return result
-
-
-def _reduce_ex(self, protocol: int) -> Any:
-    """pickle (and copy.deepcopy of a Keras 3 model): Keras writes the model into bytes here, as save
-    writes a file: with the single-replica rate, so that distributing the copy scales it once."""
-    with _single_replica_rate(self):
-        return type(self).__reduce_ex__(self, protocol)
-
-
-def _deepcopy(self, memo: dict) -> Any:
-    """copy.deepcopy / copy.copy of a tf.keras model (Keras' own __deepcopy__, through its saved form):
-    the copy holds the single-replica rate, as a saved file does."""
-    with _single_replica_rate(self):
-        return type(self).__deepcopy__(self, memo)
-
-
-def _float_rate(model: Any) -> float | None:
-    """The model optimizer's float learning rate (None for a schedule, or a placeholder optimizer)."""
-    state = _state(model)
-    if not state.scales_model_optimizer:
-        return None
-    rate = state.backend.learning_rate_of(model.optimizer)
-    return rate if isinstance(rate, float) else None
+    """Keras' load_weights (BackupAndRestore's restore too), where the backend needs it to run. The rate
+    a file brings is one worker's, as written (every file holds it so): applied scaled for this world."""
+    with _state(self).backend.loading():
+        return _keras(self, "load_weights")(*args, **kwargs)
 
 
 _METHODS: dict[str, Callable[..., Any]] = {
@@ -537,7 +504,6 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "save": _save,
     "save_weights": _save_weights,
     "load_weights": _load_weights,
-    "__reduce_ex__": _reduce_ex,
 }
 
 
@@ -563,66 +529,12 @@ def _saved(model: Any, name: str, args: tuple, kwargs: dict, may_be_folder: bool
     """Keras' save or save_weights through the backend (who writes; atomic); overwrite=False is Keras'."""
     a = _arguments(model, name, args, kwargs)
     target = a.pop("filepath")
-    with _single_replica_rate(model):
-        _state(model).backend.save(
-            target,
-            lambda path: _keras(model, name)(path, **a),
-            may_be_folder=may_be_folder,
-            replace=a.get("overwrite", True) is not False,
-        )
-
-
-@contextlib.contextmanager
-def _single_replica_rate(model: Any) -> Any:
-    """Files written by model.save / save_weights (ModelCheckpoint's too) hold the single-replica rate (a
-    float rate divided by the factor, the factor variable 1), so a job that loads them scales it for its
-    own world size: a model saved by N workers and distributed again over M gets rate × M, not × N × M.
-    A schedule needs nothing: kscale's ScaledLearningRate keeps the user's rate and the factor apart."""
-    state = _state(model)
-    if not state.scales_model_optimizer:
-        yield
-        return
-    rate = state.backend.learning_rate_of(model.optimizer)
-    if state.rate_factor == 1.0 or not isinstance(rate, float):
-        yield
-        return
-    variable = state.rate_factor_variable
-    model.optimizer.learning_rate = rate / state.rate_factor
-    if variable is not None:
-        variable.assign(1.0)
-    try:
-        yield
-    finally:
-        model.optimizer.learning_rate = rate
-        if variable is not None:
-            variable.assign(state.rate_factor)
-
-
-def _rescale_restored_rate(model: Any, epoch_steps: int | None) -> None:
-    """After a restore (BackupAndRestore, load_weights): the optimizer's rate was scaled for the world that
-    saved it, by the factor saved beside it; scale it for this world instead (a rate that callbacks such
-    as ReduceLROnPlateau lowered stays lowered). Warmup steps follow this world's steps per epoch."""
-    state = _state(model)
-    rate = _rate_for_this_world(model)
-    if rate is not None:
-        model.optimizer.learning_rate = rate
-    if state.rate_factor_variable is not None:
-        state.rate_factor_variable.assign(state.rate_factor)
-    _set_warmup(state, epoch_steps)
-
-
-def _rate_for_this_world(model: Any) -> float | None:
-    """The optimizer's float rate rescaled from the factor saved beside it to this world's; None when
-    there is nothing to rescale (a schedule, no factor variable, or the factors agree)."""
-    state = _state(model)
-    variable = state.rate_factor_variable
-    if variable is None:
-        return None
-    saved = float(variable.numpy())
-    rate = state.backend.learning_rate_of(model.optimizer)
-    if saved == state.rate_factor or saved <= 0 or not isinstance(rate, float):
-        return None
-    return rate * state.rate_factor / saved
+    _state(model).backend.save(
+        target,
+        lambda path: _keras(model, name)(path, **a),
+        may_be_folder=may_be_folder,
+        replace=a.get("overwrite", True) is not False,
+    )
 
 
 def _quiet_unless_chief(arguments: dict, backend: Backend) -> None:
@@ -737,9 +649,7 @@ def _set_warmup(state: _State, steps_per_epoch: int | None) -> None:
             "warmup_epochs needs to know the steps per epoch: pass steps_per_epoch to fit, or give data "
             "of known length."
         )
-    state.backend.set_warmup_steps(
-        state.learning_rate, max(1, round(state.options.warmup_epochs * steps_per_epoch))
-    )
+    state.scaling.set_warmup(max(1, round(state.options.warmup_epochs * steps_per_epoch)))
 
 
 def _print_plan_once(model: Any) -> None:

@@ -122,20 +122,18 @@ class StrategyBackend(Backend):
         with self.keras_steps():
             return self.reduce_evaluation(model, keras_evaluate(**arguments))
 
-    def compile(
-        self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
-    ) -> None:
+    def compile(self, compile_fn: Callable[..., None], optimizer: Any, args: dict, options: Any) -> None:
         self.family.check_strategy_compile(self, args, optimizer, options)
         # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
         with self.strategy.scope():
             compile_fn(
-                optimizer=self.optimizer_for(optimizer, learning_rate, options),
+                optimizer=self.optimizer_for(optimizer, options),
                 **self.fresh_compile_args(args, self.strategy),
             )
 
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
-        return _replica_mean.averaging(self.clone_optimizer(optimizer, rate, options))
+    def optimizer_for(self, optimizer: Any, options: Any) -> Any:
+        copy = self.family.clone_optimizer(optimizer, options)
+        return _replica_mean.averaging(self.family.rates.with_scaled_class(copy))
 
     def local_values(self, variables: list) -> list[np.ndarray]:
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.

@@ -55,12 +55,6 @@ class Backend(abc.ABC):
         return self.family.generation
 
     @property
-    def learning_rates(self) -> Any:
-        """The family's scaled learning rate (kscale.learning_rate.ScaledRates): scaled(), unscaled(),
-        describe() and set_warmup_steps()."""
-        return self.family.learning_rates
-
-    @property
     def uneven_evaluation(self) -> bool:
         """Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing
         is dropped, and `reduce_results` combines the workers' metric states once at the end. The family's
@@ -188,31 +182,14 @@ class Backend(abc.ABC):
         """The optimizer's learning rate as the user gave it: a float or a schedule."""
         return self.family.learning_rate_of(optimizer)
 
-    def scaled_learning_rate(self, rate: Any, factor: float, warmup: bool) -> Any:
-        """`rate` × `factor`, ramped up from `rate` when `warmup` (the steps are set when fit starts)."""
-        return self.learning_rates.scaled(rate, factor, warmup)
+    def compile(self, compile_fn: Callable[..., None], optimizer: Any, args: dict, options: Any) -> None:
+        """Compile with `optimizer` in the form this backend trains it."""
+        compile_fn(optimizer=self.optimizer_for(optimizer, options), **args)
 
-    def unscaled_learning_rate(self, rate: Any) -> Any:
-        """The user's rate inside one kscale scaled (a model saved by a kscale job, loaded again)."""
-        return self.learning_rates.unscaled(rate)
-
-    def describe_learning_rate(self, rate: Any) -> float | str:
-        """A short form for the printed plan."""
-        return self.learning_rates.describe(rate)
-
-    def compile(
-        self, compile_fn: Callable[..., None], optimizer: Any, learning_rate: Any, args: dict, options: Any
-    ) -> None:
-        """Compile with `optimizer` (its rate replaced by `learning_rate` unless None) as this backend trains."""
-        compile_fn(optimizer=self.optimizer_for(optimizer, learning_rate, options), **args)
-
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        """The optimizer compile() gets: the user's (with the new rate) and whatever this backend wraps it in."""
-        return self.family.optimizer_for(optimizer, learning_rate, options)
-
-    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        """A new optimizer of the same class and settings with `learning_rate`."""
-        return self.family.clone_optimizer(optimizer, learning_rate, options)
+    def optimizer_for(self, optimizer: Any, options: Any) -> Any:
+        """The optimizer compile() gets: the user's (applying its rate scaled), and whatever this backend
+        wraps it in."""
+        return self.family.optimizer_for(optimizer, options)
 
     def allow_own_losses(self, model: Any) -> None:
         """Loss objects the model holds for its own train_step may reduce over each replica's batch (kscale
@@ -222,16 +199,6 @@ class Backend(abc.ABC):
     def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
         """Give the model's newly compiled optimizer the state (steps, slots) of the one it replaced."""
         self.family.carry_optimizer_state(self, old_optimizer, model)
-
-    def rate_factor_variable(self, optimizer: Any, factor: float) -> Any:
-        """A variable on the compiled optimizer holding the factor its rate is scaled by, saved with it in
-        checkpoints of the optimizer's variables: a restore then rescales the rate for this world size.
-        None where the family has none (the rate is then restored as saved)."""
-        return self.family.rate_factor_variable(self, optimizer, factor)
-
-    def set_warmup_steps(self, learning_rate: Any, steps: int) -> bool:
-        """Set the warmup length on a rate from scaled_learning_rate(); False if it has no warmup."""
-        return self.learning_rates.set_warmup_steps(learning_rate, steps)
 
     # -- data -------------------------------------------------------------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:

@@ -100,11 +100,11 @@ class HorovodBackend(Backend):
             _keras_private.sum_batch_statistics_over(layer, _sum_over_workers)
         return model
 
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: HorovodOptions) -> Any:
-        hvd, with_rate = self.hvd, super().optimizer_for
+    def optimizer_for(self, optimizer: Any, options: HorovodOptions) -> Any:
+        hvd, scaled = self.hvd, self.family.rates.with_scaled_class
 
         def distributed(inner: Any) -> Any:
-            inner = with_rate(inner, learning_rate, options)
+            inner = scaled(inner)  # below Horovod's class, which calls super(self.__class__, self)
             wrapped = hvd.DistributedOptimizer(
                 inner,
                 compression=hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none,

@@ -125,10 +125,10 @@ class JaxBackend(Backend):
         keras.utils.set_random_seed(seed)
         return self.rebuild_in(model, self, weights=chief)
 
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
+    def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         """The family's optimizer, whose update (`stateless_apply`, where Keras' JAX trainer and a JAX
         train_step of one's own apply the gradients) weighs them by a shared last step's share first."""
-        optimizer = super().optimizer_for(optimizer, learning_rate, options)
+        optimizer = super().optimizer_for(optimizer, options)
         if "_kscale_weighed" not in vars(optimizer):
             apply = optimizer.stateless_apply
 

@@ -108,8 +108,8 @@ class TorchBackend(Backend):
             self._broadcast([*model.variables, *optimizer_variables])
         return model
 
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        prepared = super().optimizer_for(optimizer, learning_rate, options)
+    def optimizer_for(self, optimizer: Any, options: Any) -> Any:
+        prepared = super().optimizer_for(optimizer, options)
         if self.num_workers > 1:
             prepared.__class__ = _averaging_class(type(prepared), self._mean_of_gradients)
         return prepared

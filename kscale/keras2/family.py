@@ -15,13 +15,13 @@ import tensorflow as tf
 
 from kscale import _keras_private, step_weights, tf_data
 from kscale.callbacks import for_this_worker
-from kscale.keras2 import rebuild
-from kscale.keras2.learning_rate import RATES
+from kscale.keras2 import learning_rate, rebuild
 
 
 class Keras2Family:
     generation = 2
-    learning_rates = RATES
+    #: How the optimizer applies the rate as written times the plan's factor (kscale.learning_rate).
+    rates = learning_rate
     # Keras 2 evaluates uneven parts to the last sample: each process alone (Horovod), or under a
     # tf.distribute strategy with every replica's part cut into as many non-empty batches as it runs steps.
     uneven_evaluation = True
@@ -111,13 +111,13 @@ class Keras2Family:
     def learning_rate_of(self, optimizer: Any) -> Any:
         return rebuild.learning_rate_of(optimizer)
 
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        if learning_rate is None:
-            return optimizer  # nothing to change: keep the user's own optimizer
-        return self.clone_optimizer(optimizer, learning_rate, options)
+    def optimizer_for(self, optimizer: Any, options: Any) -> Any:
+        """The user's own optimizer, applying its rate scaled (before a backend wraps it)."""
+        return learning_rate.with_scaled_class(optimizer)
 
-    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Any) -> Any:
-        return rebuild.clone_optimizer(optimizer, learning_rate)
+    def clone_optimizer(self, optimizer: Any, options: Any) -> Any:
+        """A new optimizer of the same class and settings (created where a strategy needs its variables)."""
+        return rebuild.clone_optimizer(optimizer, rebuild.learning_rate_of(optimizer))
 
     def allow_own_losses(self, model: Any) -> None:
         """The Loss objects the model holds (a GAN's loss_fn, a Distiller's student_loss_fn), called in its
@@ -128,14 +128,6 @@ class Keras2Family:
 
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
         rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
-
-    def rate_factor_variable(self, backend: Any, optimizer: Any, factor: float) -> Any:
-        # An attribute of the optimizer: TensorFlow's object-based checkpoints (BackupAndRestore, the
-        # TF-format save_weights) save and restore it with the optimizer's rate.
-        with backend.scope():
-            variable = tf.Variable(factor, trainable=False, dtype=tf.float32, name="kscale_rate_factor")
-        rebuild.inner_optimizer(optimizer).kscale_rate_factor = variable
-        return variable
 
     # -- data and callbacks ---------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:

@@ -16,8 +16,7 @@ import keras
 from kscale import _keras_private, step_weights
 from kscale.callbacks import for_this_worker
 from kscale.errors import BackendError, ModelError, OptionError
-from kscale.keras3 import data, rebuild
-from kscale.keras3.learning_rate import RATES
+from kscale.keras3 import data, learning_rate, rebuild
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +37,8 @@ class Keras3Options:
 
 class Keras3Family:
     generation = 3
-    learning_rates = RATES
+    #: How the optimizer applies the rate as written times the plan's factor (kscale.learning_rate).
+    rates = learning_rate
     #: Keras 3 evaluates with Keras' own distributed evaluate (backends whose feed is uneven say so).
     uneven_evaluation = False
     #: The iterators of a tf.data dataset Keras' own fit makes in one process (each draws a shuffle's order).
@@ -159,23 +159,23 @@ class Keras3Family:
     def learning_rate_of(self, optimizer: Any) -> Any:
         return rebuild.learning_rate_of(optimizer)
 
-    def optimizer_for(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
-        if learning_rate is None and options.gradient_accumulation_steps == 1:
-            return optimizer  # nothing to change: keep the user's own optimizer
-        rate = self.learning_rate_of(optimizer) if learning_rate is None else learning_rate
-        return self.clone_optimizer(optimizer, rate, options)
+    def optimizer_for(self, optimizer: Any, options: Keras3Options) -> Any:
+        """The user's own optimizer (a copy where kscale's gradient accumulation is asked), applying its
+        rate scaled (before a backend wraps it)."""
+        if options.gradient_accumulation_steps > 1:
+            optimizer = self.clone_optimizer(optimizer, options)
+        return learning_rate.with_scaled_class(optimizer)
 
-    def clone_optimizer(self, optimizer: Any, learning_rate: Any, options: Keras3Options) -> Any:
-        return rebuild.clone_optimizer(optimizer, learning_rate, options.gradient_accumulation_steps)
+    def clone_optimizer(self, optimizer: Any, options: Keras3Options) -> Any:
+        """A new optimizer of the same class and settings (created where a strategy needs its variables)."""
+        rate = rebuild.learning_rate_of(optimizer)
+        return rebuild.clone_optimizer(optimizer, rate, options.gradient_accumulation_steps)
 
     def allow_own_losses(self, model: Any) -> None:
         """Nothing: Keras 3's losses take their default reduction under a strategy."""
 
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
         rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
-
-    def rate_factor_variable(self, backend: Any, optimizer: Any, factor: float) -> Any:
-        return None  # none: the rate is restored as saved
 
     # -- data and callbacks -------------------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:

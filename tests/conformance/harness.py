@@ -83,6 +83,19 @@ class Job:
     def rate(self, per_replica: float) -> float:
         return per_replica * REPLICAS if self.reference else per_replica
 
+    def written_rate(self, rate: Any) -> float:
+        """A learning rate read back from the optimizer (or logged by a callback) in one worker's terms:
+        what the script wrote, which one process at the global batch writes REPLICAS times larger."""
+        return float(np.asarray(rate)) / self.rate(1.0)
+
+    def history(self, history: Any) -> dict:
+        """History's numbers, the rate a callback logs ("lr", "learning_rate") in one worker's terms."""
+        logs = getattr(history, "history", history)
+        return {
+            name: [self.written_rate(v) for v in values] if name in ("lr", "learning_rate") else values
+            for name, values in logs.items()
+        }
+
     def steps(self, per_replica: int) -> int:
         """steps_per_epoch (validation_steps, steps) as a script at the per-replica batch counts them: one
         process at the global batch runs 1/REPLICAS of them (kscale divides them by the replicas)."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import kscale
+import kscale.learning_rate
 from kscale.distributed_model import state_of
 from kscale.errors import BackendError, DataError, OptionError
 
@@ -101,7 +102,8 @@ def test_keras_apis_take_the_distributed_model(kind, tmp_path):
 
 def test_two_workers_scale_the_rate_and_take_half_the_data(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(lr=0.05), worker_index=1)
-    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.1)
+    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.05)
+    assert distributed.kscale_plan.learning_rate_after == pytest.approx(0.1)  # applied x2, read as written
     distributed.fit(*regression_data(21), batch_size=4, verbose=0)
     plan = distributed.kscale_plan
     assert (plan.per_replica_batch, plan.global_batch, plan.steps_per_epoch_after) == (4, 8, 3)
@@ -110,7 +112,7 @@ def test_two_workers_scale_the_rate_and_take_half_the_data(distribute_as_worker)
         "weighted by its slice's share",
     )
     distributed.compile(optimizer="adam", loss="mse")  # compile again: still scaled
-    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.002)
+    assert distributed.kscale_plan.learning_rate_after == pytest.approx(0.002)
 
 
 def test_mixed_precision_keeps_the_loss_scaling_and_scales_the_rate_inside_it(distribute_as_worker):
@@ -127,18 +129,17 @@ def test_mixed_precision_keeps_the_loss_scaling_and_scales_the_rate_inside_it(di
         keras.mixed_precision.set_dtype_policy("float32")
     optimizer = distributed.optimizer
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    assert float(keras.ops.convert_to_numpy(optimizer.inner_optimizer.learning_rate)) == pytest.approx(0.1)
+    assert float(keras.ops.convert_to_numpy(optimizer.inner_optimizer.learning_rate)) == pytest.approx(0.05)
+    assert kscale.learning_rate.scaling_of(optimizer.inner_optimizer).factor == 2.0
     assert optimizer.initial_scale == 256.0 and distributed.layers[0].compute_dtype == "float16"
     assert int(keras.ops.convert_to_numpy(optimizer.iterations)) == 2  # 8 samples on this worker, batch 4
 
 
 def test_warmup_ramps_from_the_single_replica_rate(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
-    rate = state_of(distributed).learning_rate
+    scaling = state_of(distributed).scaling
     distributed.fit(*regression_data(16), batch_size=2, verbose=0)  # 8 per worker: 4 steps an epoch
-    assert rate.warmup_steps == 8
-    assert float(rate(0)) == pytest.approx(0.05) and float(rate(4)) == pytest.approx(0.075)
-    assert float(rate(8)) == pytest.approx(0.1) and float(rate(100)) == pytest.approx(0.1)
+    assert scaling.warmup_steps == 8 and distributed.kscale_plan.warmup_epochs == 2.0
 
 
 def test_gradient_accumulation_is_the_optimizers_own_option(distribute_as_worker):
@@ -351,29 +352,29 @@ def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as
     users = OwnCompile()
     users.compile(keras.optimizers.SGD(0.01), keras.optimizers.Adam(0.002))
     model = distribute_as_worker(users)
-    assert float(model.d_optimizer.learning_rate) == pytest.approx(0.02)  # x 2 workers
-    assert float(model.g_optimizer.learning_rate) == pytest.approx(0.004)
+    assert float(model.d_optimizer.learning_rate) == pytest.approx(0.01)  # as written, applied x 2 workers
+    assert kscale.learning_rate.scaling_of(model.g_optimizer).factor == 2.0
     assert model.kscale_plan.own_optimizers == (("d_optimizer", 0.01, 0.02), ("g_optimizer", 0.002, 0.004))
 
 
-def test_load_weights_scales_the_restored_rate_for_this_world(distribute_as_worker, tmp_path):
-    # Files hold the single-replica rate (kscale's saves write it; one process trains with it): a restore
-    # (load_weights, BackupAndRestore's) gets this world's rate back, not half of it.
+def test_load_weights_restores_the_rate_as_written_and_applies_it_scaled(distribute_as_worker, tmp_path):
+    # Files hold the rate as written (one worker's; one process trains with it): a restore (load_weights,
+    # BackupAndRestore's) reads it back, and this world applies it scaled.
     model = distribute_as_worker(compiled("sequential", lr=0.05))
     model.fit(X, Y, batch_size=4, epochs=1, verbose=0)  # builds the optimizer: its variables are saved
-    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.1)
     model.save_weights(str(tmp_path / "two.weights.h5"))
     model.load_weights(str(tmp_path / "two.weights.h5"))
-    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.1)
+    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.05)
     plain = compiled("sequential", lr=0.3)  # one process's checkpoint at its own rate
     plain.fit(X, Y, batch_size=4, epochs=1, verbose=0)
     plain.save_weights(str(tmp_path / "one.weights.h5"))
     model.load_weights(str(tmp_path / "one.weights.h5"))
-    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.6)
+    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(0.3)
+    assert kscale.learning_rate.scaling_of(model.optimizer).factor == 2.0
 
 
 @pytest.mark.parametrize("how", ["deepcopy", "pickle"])
-def test_a_copy_holds_the_single_replica_rate_as_a_saved_file_does(distribute_as_worker, how):
+def test_a_copy_holds_the_rate_as_written_and_is_scaled_once_when_distributed(distribute_as_worker, how):
     import copy
     import pickle
 
@@ -381,9 +382,9 @@ def test_a_copy_holds_the_single_replica_rate_as_a_saved_file_does(distribute_as
     clone = copy.deepcopy(distributed) if how == "deepcopy" else pickle.loads(pickle.dumps(distributed))
     assert state_of(clone) is None and type(clone) is type(distributed)
     assert float(keras.ops.convert_to_numpy(clone.optimizer.learning_rate)) == pytest.approx(0.01)
-    assert float(keras.ops.convert_to_numpy(distributed.optimizer.learning_rate)) == pytest.approx(0.02)
     again = distribute_as_worker(clone)
-    assert float(keras.ops.convert_to_numpy(again.optimizer.learning_rate)) == pytest.approx(0.02)
+    assert float(keras.ops.convert_to_numpy(again.optimizer.learning_rate)) == pytest.approx(0.01)
+    assert again.kscale_plan.learning_rate_after == pytest.approx(0.02)
 
 
 def test_a_loaded_models_optimizer_state_is_carried_into_the_scaled_optimizer(distribute_as_worker, tmp_path):
@@ -399,11 +400,8 @@ def test_a_loaded_models_optimizer_state_is_carried_into_the_scaled_optimizer(di
     assert int(saved.iterations) > 0 and len(before) > 2  # built and trained
 
     resumed = distribute_as_worker(loaded)
-    assert resumed.optimizer is not saved  # the rate is scaled on a new optimizer
+    assert resumed.optimizer is saved  # the user's own, applying the rate as written x 2
     after = {v.path: np.asarray(v) for v in resumed.optimizer.variables}
     assert after.keys() == before.keys()
     for path, value in before.items():
-        if path.endswith("learning_rate"):
-            np.testing.assert_allclose(after[path], 2 * value)  # this world's rate, not the file's
-        else:
-            np.testing.assert_array_equal(after[path], value, err_msg=path)
+        np.testing.assert_array_equal(after[path], value, err_msg=path)

@@ -1,49 +1,97 @@
-"""kscale.keras3.learning_rate: the scaled, warmed-up rate as a Keras 3 schedule (keras.ops, any backend)."""
+"""kscale.keras3.learning_rate (with kscale.learning_rate's rule): a Keras 3 optimizer, on any backend,
+keeps the rate as written, reading gives it back, and every update applies it times the factor."""
 
 from __future__ import annotations
 
 import keras
+import numpy as np
 import pytest
 
-from kscale.keras3.learning_rate import RATES, ScaledLearningRate
+from kscale.keras3.learning_rate import attach_scaling, rate_scaling, with_scaled_class
+from kscale.keras3.rebuild import learning_rate_of
 
 
-@pytest.mark.parametrize(("step", "expected"), [(0, 0.1), (5, 0.25), (10, 0.4), (50, 0.4)])
-def test_warmup_ramps_linearly_from_base_to_scaled(step, expected):
-    assert float(ScaledLearningRate(0.1, 4.0, warmup_steps=10)(step)) == pytest.approx(expected)
+_weights: dict = {}
 
 
-def test_a_base_schedule_keeps_decaying_and_is_scaled():
-    base = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
-    rate = ScaledLearningRate(base, 2.0)
-    assert float(rate(10)) == pytest.approx(0.1)  # 0.05 x 2
+def step_size(optimizer, steps: int = 1) -> list[float]:
+    """How far each of `steps` updates with a gradient of 1 moves a weight (SGD: the applied rate)."""
+    # one weight per optimizer, as in a model (the optimizer kept, so that its id is never reused)
+    _, variable = _weights.setdefault(id(optimizer), (optimizer, keras.Variable(np.zeros(1, "float32"))))
+    moved = []
+    for _ in range(steps):
+        before = float(keras.ops.convert_to_numpy(variable)[0])
+        optimizer.apply_gradients([(keras.ops.ones((1,)), variable)])
+        moved.append(before - float(keras.ops.convert_to_numpy(variable)[0]))
+    return moved
 
 
-def test_config_round_trip_and_registered_name():
-    rate = ScaledLearningRate(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5), 3.0, warmup_steps=7)
-    again = ScaledLearningRate.from_config(rate.get_config())
-    assert (again.factor, again.warmup_steps) == (3.0, 7) and float(again(20)) == pytest.approx(
-        float(rate(20))
-    )
-    serialized = keras.optimizers.schedules.serialize(rate)
-    assert serialized["registered_name"] == "kscale>ScaledLearningRate"
-    assert isinstance(keras.optimizers.schedules.deserialize(serialized), ScaledLearningRate)
+def scaled(optimizer, factor: float, warmup_steps: int = 0):
+    scaling = rate_scaling(factor, warmup=warmup_steps > 0)
+    attach_scaling(optimizer, scaling)
+    scaling.set_warmup(warmup_steps)
+    return optimizer
 
 
-def test_scaled_keeps_a_float_without_warmup_and_describe():
-    assert RATES.scaled(0.1, 2.0, warmup=False) == pytest.approx(0.2)
-    assert isinstance(RATES.scaled(0.1, 2.0, warmup=True), ScaledLearningRate)
-    assert RATES.describe(ScaledLearningRate(0.05, 2.0)) == "0.05 x 2" and RATES.describe(0.1) == 0.1
+def test_updates_apply_the_written_rate_times_the_factor_and_reading_gives_it_back():
+    optimizer = scaled(keras.optimizers.SGD(0.1), 4.0)
+    assert step_size(optimizer) == pytest.approx([0.4])
+    assert float(keras.ops.convert_to_numpy(optimizer.learning_rate)) == pytest.approx(0.1)
+    assert type(optimizer).__name__ == "SGD" and isinstance(optimizer, keras.optimizers.SGD)
 
 
-def test_the_module_earlier_files_name_still_gives_the_schedule():
-    """Keras 3 files saved before the family packages name kscale.learning_rate_keras3 as the module."""
-    import kscale.learning_rate_keras3 as earlier
+def test_a_rate_written_later_is_applied_scaled():
+    optimizer = scaled(keras.optimizers.SGD(0.1), 2.0)
+    step_size(optimizer)
+    optimizer.learning_rate = 0.05  # what LearningRateScheduler and ReduceLROnPlateau do
+    assert step_size(optimizer) == pytest.approx([0.1])
+    assert float(keras.ops.convert_to_numpy(optimizer.learning_rate)) == pytest.approx(0.05)
 
-    assert earlier.ScaledLearningRate is ScaledLearningRate
+
+def test_a_schedule_keeps_decaying_and_is_applied_scaled():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
+    optimizer = scaled(keras.optimizers.SGD(schedule), 3.0)
+    assert step_size(optimizer, 3) == pytest.approx([0.3, 0.15, 0.075])
+    assert learning_rate_of(optimizer) is schedule
 
 
-def test_import_kscale_learning_rate_registers_keras_3s_schedule():
-    import kscale.learning_rate  # noqa: F401
+def test_weight_decay_is_applied_with_the_scaled_rate():
+    optimizer = scaled(keras.optimizers.AdamW(0.1, weight_decay=0.5), 2.0)
+    plain = keras.optimizers.AdamW(0.2, weight_decay=0.5)
+    assert step_size(optimizer, 2) == pytest.approx(step_size(plain, 2), rel=1e-5)
 
-    assert keras.saving.get_registered_object("kscale>ScaledLearningRate") is ScaledLearningRate
+
+def test_warmup_ramps_the_factor_from_one():
+    optimizer = scaled(keras.optimizers.SGD(0.1), 4.0, warmup_steps=4)
+    assert step_size(optimizer, 6) == pytest.approx([0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
+
+
+def test_saved_configs_hold_the_written_rate_and_the_users_class():
+    optimizer = scaled(keras.optimizers.Adam(0.003), 2.0)
+    step_size(optimizer)
+    config = keras.optimizers.serialize(optimizer)
+    assert config["config"]["learning_rate"] == pytest.approx(0.003)
+    assert config["class_name"] == "Adam"
+    again = keras.optimizers.deserialize(config)
+    assert type(again) is not type(optimizer) and float(again.learning_rate) == pytest.approx(0.003)
+
+
+def test_under_loss_scaling_the_inner_optimizer_applies_it():
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1.0)
+    attach_scaling(optimizer, rate_scaling(2.0, warmup=False))
+    assert type(optimizer.inner_optimizer).__name__ == "SGD"
+    if keras.backend.backend() == "jax":
+        # On JAX Keras applies a LossScaleOptimizer statelessly, as fit does (eagerly its cond leaks a tracer).
+        variable = keras.Variable(np.zeros(1, "float32"))
+        optimizer.build([variable])
+        values, _ = optimizer.stateless_apply(
+            [v.value for v in optimizer.variables], [keras.ops.ones((1,))], [variable.value]
+        )
+        assert float(np.asarray(values[0])[0]) == pytest.approx(-0.2)
+    else:
+        assert step_size(optimizer) == pytest.approx([0.2])
+
+
+def test_the_class_is_given_once():
+    optimizer = with_scaled_class(with_scaled_class(keras.optimizers.SGD(0.1)))
+    assert type(optimizer).__mro__[1] is type(keras.optimizers.SGD(0.1))

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import kscale
-from kscale.keras2 import learning_rate as lr_lib
+import kscale.learning_rate
 from kscale.plan import Plan
 
 from .conftest import regression_data, tiny_model
@@ -200,17 +200,19 @@ def test_a_copy_is_a_plain_keras_model():
 
 
 @pytest.mark.parametrize("how", ["deepcopy", "copy", "pickle"])
-def test_a_copy_holds_the_single_replica_rate_as_a_saved_file_does(distribute_as_worker, how):
-    # Distributing the copy again scales its rate once: 0.01 -> 0.02, never 0.04 (issue 19, 7d).
+def test_a_copy_holds_the_rate_as_written_and_is_scaled_once_when_distributed(distribute_as_worker, how):
+    # The optimizer keeps the rate as written (0.01) and applies it x2: distributing the copy applies
+    # 0.01 x 2 again, never 0.04 (issue 19, 7d).
     import pickle
 
     distributed = distribute_as_worker(tiny_model(lr=0.01))
-    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.02)
+    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.01)
     copies = {"deepcopy": copy.deepcopy, "copy": copy.copy, "pickle": lambda m: pickle.loads(pickle.dumps(m))}
     clone = copies[how](distributed)
     assert float(clone.optimizer.learning_rate.numpy()) == pytest.approx(0.01)
-    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.02)  # the original keeps its
-    assert float(distribute_as_worker(clone).optimizer.learning_rate.numpy()) == pytest.approx(0.02)
+    again = distribute_as_worker(clone)
+    assert float(again.optimizer.learning_rate.numpy()) == pytest.approx(0.01)
+    assert again.kscale_plan.learning_rate_after == pytest.approx(0.02)
 
 
 # -- the model stays the model ---------------------------------------------------------------------------
@@ -272,26 +274,29 @@ def test_each_worker_trains_on_its_own_shard(distribute_as_worker):
     assert_same_weights(distributed, plain, rtol=1e-6)
 
 
-def test_two_workers_scale_the_learning_rate_on_a_new_optimizer(distribute_as_worker):
+def test_two_workers_apply_the_rate_scaled_and_read_it_as_written(distribute_as_worker):
     model = tiny_model(lr=0.05)
-    users = model.optimizer
     distributed = distribute_as_worker(model)
-    assert distributed.optimizer is not users
-    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.1)
-    assert float(users.learning_rate.numpy()) == pytest.approx(0.05)
+    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.05)
+    assert distributed.kscale_plan.learning_rate_before == pytest.approx(0.05)
     assert distributed.kscale_plan.learning_rate_after == pytest.approx(0.1)
+    x, y = regression_data(8)
+    before = [w.copy() for w in distributed.get_weights()]
+    distributed.train_on_batch(x[:2], y[:2])
+    plain = tiny_model(lr=0.1)
+    plain.set_weights(before)
+    plain.train_on_batch(x[:2], y[:2])
+    assert_same_weights(distributed, plain, rtol=1e-6)
 
 
 def test_warmup_is_set_from_the_steps_per_epoch(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
-    lr = kscale.distributed_model.state_of(distributed).learning_rate
-    assert isinstance(lr, lr_lib.ScaledLearningRate)
+    scaling = kscale.distributed_model.state_of(distributed).scaling
     x, y = regression_data(16)  # 8 per worker, batches of 2: 4 steps per epoch
     distributed.fit(x, y, batch_size=2, verbose=0)
-    assert int(lr.warmup_steps.numpy()) == 8
+    assert scaling.warmup_steps == 8 and int(scaling.warmup_holder.numpy()) == 8
     assert distributed.kscale_plan.warmup_epochs == 2.0
-    assert float(lr(0)) == pytest.approx(0.05)
-    assert float(lr(8)) == pytest.approx(0.1)
+    assert float(distributed.optimizer.learning_rate.numpy()) == pytest.approx(0.05)
 
 
 # -- a model built on its first batch (no input shape, as Horovod's examples write it) --------------------
@@ -378,10 +383,11 @@ def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as
     users = two_optimizers()
     d_optimizer, g_optimizer = users.d_optimizer, users.g_optimizer
     model = distribute_as_worker(users)
-    assert model.d_optimizer is not d_optimizer and model.g_optimizer is not g_optimizer
-    assert float(model.d_optimizer.learning_rate.numpy()) == pytest.approx(0.02)  # x 2 workers
-    assert float(model.g_optimizer.learning_rate.numpy()) == pytest.approx(0.004)
-    assert float(d_optimizer.learning_rate.numpy()) == pytest.approx(0.01)  # the user's are left alone
+    # the user's own objects, applying their rates x 2 workers, which read as written
+    assert model.d_optimizer is d_optimizer and model.g_optimizer is g_optimizer
+    assert float(model.d_optimizer.learning_rate.numpy()) == pytest.approx(0.01)
+    assert float(model.g_optimizer.learning_rate.numpy()) == pytest.approx(0.002)
+    assert kscale.learning_rate.scaling_of(model.g_optimizer).factor == 2.0
     plan = model.kscale_plan
     assert plan.own_optimizers == (("d_optimizer", 0.01, 0.02), ("g_optimizer", 0.002, 0.004))
     assert "learning rate    d_optimizer: 0.01 -> 0.02" in plan.describe()
@@ -390,8 +396,8 @@ def test_every_optimizer_the_model_holds_is_scaled_and_in_the_plan(distribute_as
     model.compile(
         tf.keras.optimizers.SGD(0.1), tf.keras.optimizers.SGD(0.3), tf.keras.losses.MeanSquaredError()
     )
-    assert float(model.d_optimizer.learning_rate.numpy()) == pytest.approx(0.2)
-    assert float(model.g_optimizer.learning_rate.numpy()) == pytest.approx(0.6)
+    assert model.kscale_plan.own_optimizers == (("d_optimizer", 0.1, 0.2), ("g_optimizer", 0.3, 0.6))
+    assert kscale.learning_rate.scaling_of(model.g_optimizer).factor == 2.0
 
 
 # -- a model class with a fit of its own ---------------------------------------------------------------------

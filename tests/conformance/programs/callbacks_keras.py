@@ -54,10 +54,10 @@ def main(job):
         callbacks=callbacks,
     )
     job.record("epochs_run", len(history.history["loss"]))
-    job.record("history", history.history)
+    job.record("history", job.history(history))
     job.record("checkpoint_best", float(checkpoint.best))
     job.record("stopped_epoch", stopping.stopped_epoch)
-    job.record("learning_rate", float(np.asarray(model.optimizer.learning_rate)))  # the rate steps applied
+    job.record("learning_rate", job.written_rate(model.optimizer.learning_rate))  # as the script wrote it
     job.record("weight_norms", norms.norms)
     if job.rank == 0:
         with open(job.path("log.csv")) as f:
