@@ -10,7 +10,6 @@ import pytest
 from kscale.keras3.learning_rate import attach_scaling, rate_scaling, with_scaled_class
 from kscale.keras3.rebuild import learning_rate_of
 
-
 _weights: dict = {}
 
 

@@ -10,7 +10,6 @@ import tensorflow as tf
 from kscale.keras2.learning_rate import attach_scaling, rate_scaling, with_scaled_class
 from kscale.keras2.rebuild import learning_rate_of
 
-
 _weights: dict = {}
 
 
@@ -78,7 +77,9 @@ def test_saved_configs_hold_the_written_rate_and_the_users_class():
 
 
 def test_under_loss_scaling_the_inner_optimizer_applies_it():
-    optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1.0)
+    optimizer = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1.0
+    )
     attach_scaling(optimizer, rate_scaling(2.0, warmup=False))
     assert type(optimizer.inner_optimizer).__name__ == "SGD"
     assert step_size(optimizer) == pytest.approx([0.2])
