@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kscale import _keras_private, agreement, backends, frameworks, log
+from kscale import _keras_private, agreement, backends, frameworks, log, loss_reduction
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
@@ -280,6 +280,8 @@ def _compile_optimizer(model: Any, compile_fn: Callable[..., None], optimizer: A
     rates = backend.family.rates
     optimizer = backend.resolve_optimizer(optimizer)
     rate = backend.learning_rate_of(optimizer)
+    if backend.loss_replicas > 1:
+        loss_reduction.check_compiled(flatten(arguments.get("loss")), (None, "none"))
     backend.compile(compile_fn, optimizer, arguments, state.backend_options)
     state.optimizer, state.compile_args = optimizer, arguments
     rates.attach_scaling(model.optimizer, _scaling(state))
@@ -599,8 +601,8 @@ def _request(
         shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
     else:
         shard = Shard()
-    if evaluation and backend.evaluates_whole():  # all of it on every process, in the batches given
-        shard, steps = Shard(), user_steps
+    if evaluation and backend.evaluates_whole():  # all of it on every process, in global batches
+        shard, steps, per_replica = Shard(), user_steps, per_replica * backend.num_replicas
     return FeedRequest(
         per_replica,
         shuffle,

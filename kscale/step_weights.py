@@ -48,17 +48,32 @@ def take_off(data: Any) -> Any:
     return data
 
 
+def current() -> Any:
+    """This replica's weight in the step being run (a number or a scalar tensor), or None."""
+    weight = getattr(_local, "weight", None)
+    if weight is not None and getattr(weight, "ndim", 0):  # one row per sample (Keras 3's own feeds)
+        weight = weight[0]
+    return weight
+
+
 def scale(gradients: list) -> list:
     """The step's gradients times its replica's weight (as they are where the step has none)."""
-    weight = getattr(_local, "weight", None)
+    weight = current()
     if weight is None:
         return gradients
-    if getattr(weight, "ndim", 0):  # one row per sample, cut with the batch (Keras 3's own feeds)
-        weight = weight[0]
-    return [None if g is None else g * _as(weight, g) for g in gradients]
+    return [None if g is None else times(g, like(weight, g)) for g in gradients]
 
 
-def _as(weight: Any, gradient: Any) -> Any:
+def times(gradient: Any, factor: Any) -> Any:
+    """`gradient × factor`; a sparse gradient (TensorFlow's IndexedSlices of an Embedding) stays sparse:
+    its values are multiplied, where `*` would make it a dense tensor, which some optimizers then update
+    in every row (Keras 3's Adam decays only the rows of a sparse one)."""
+    if hasattr(gradient, "indices") and hasattr(gradient, "values") and hasattr(gradient, "dense_shape"):
+        return type(gradient)(gradient.values * factor, gradient.indices, gradient.dense_shape)
+    return gradient * factor
+
+
+def like(weight: Any, gradient: Any) -> Any:
     """The weight in the gradient's dtype, in its framework (a tensor of the step, or a number)."""
     if isinstance(weight, int | float):
         return weight
@@ -72,28 +87,42 @@ def _as(weight: Any, gradient: Any) -> Any:
     return tf.cast(weight, gradient.dtype)
 
 
-def watch(model: Any, stateless: bool = False) -> None:
-    """Make `model`'s train_step take the weight off each batch first (once per model). `stateless`: Keras
-    3 on JAX, whose train_step takes (state, data)."""
+def watch(model: Any, replicas: int, stateless: bool = False) -> None:
+    """Make `model`'s train_step take the weight off each batch first, and its train_step and test_step
+    run as one replica's of `replicas` (kscale.loss_reduction), once per model. `stateless`: Keras 3 on
+    JAX, whose steps take (state, data)."""
+    from kscale.loss_reduction import replica_step
+
     if "_kscale_step_weights" in vars(model):
         return
-    step = model.train_step  # the class's, or what kscale bound before (the strategies' own watch)
+    step, test = model.train_step, model.test_step  # the class's, or what kscale bound before
 
     if stateless:
 
         def train_step(state: Any, data: Any) -> Any:
             try:
-                return step(state, take_off(data))
+                with replica_step(replicas):
+                    return step(state, take_off(data))
             finally:
                 _local.weight = None  # no stale weight for an update outside the step
+
+        def test_step(state: Any, data: Any) -> Any:
+            with replica_step(replicas):
+                return test(state, data)
 
     else:
 
         def train_step(data: Any) -> Any:
             try:
-                return step(take_off(data))
+                with replica_step(replicas):
+                    return step(take_off(data))
             finally:
                 _local.weight = None
 
+        def test_step(data: Any) -> Any:
+            with replica_step(replicas):
+                return test(data)
+
     object.__setattr__(model, "train_step", train_step)
+    object.__setattr__(model, "test_step", test_step)
     object.__setattr__(model, "_kscale_step_weights", True)

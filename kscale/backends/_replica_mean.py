@@ -1,14 +1,14 @@
 """Under a tf.distribute strategy, every optimizer gets the mean of the replicas' gradients, however the
 training step computed its loss.
 
-Keras sums the replicas' gradients, and divides the loss by the number of replicas only where Keras
-computes it: the built-in train_step, `compute_loss` / `compiled_loss`, Keras 3's Loss objects. A
-train_step written for one process with a loss of its own (`tf.reduce_mean(...)` of its errors, the
-keras.io guide's lower-level pattern) would train at N times the rate, the same on every replica, so
-nothing would tell. While each step is traced, kscale notes whether Keras divided the loss (Keras has no
-public hook: kscale._keras_private.on_distribution_loss_scaling), and an optimizer that applies
-gradients from a loss Keras did not divide divides them by the replicas itself: the mean, as Horovod
-gives it.
+Each replica computes its loss as one process would on its slice (Keras' division of its losses by the
+replicas, `scale_loss_for_distribution`, is turned into nothing in every step kscale runs:
+kscale._keras_private.on_distribution_loss_scaling), whether Keras computes it (the built-in train_step,
+`compute_loss` and an override of it adding terms of its own, `compiled_loss`, Keras 3's Loss objects) or
+a train_step of the user's own does (`tf.reduce_mean(...)`, keras.io's lower-level pattern). The optimizer
+then divides the replicas' summed gradients by their number: the mean, as Horovod gives it. Only a step that
+divides by the global batch itself (`tf.nn.compute_average_loss(..., global_batch_size=...)`, TensorFlow's
+custom-loop guide) is left as TensorFlow sums it: kscale notes that division while the step is traced.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import step_weights
+from kscale import _keras_private, step_weights
 
 #: Per thread (MirroredStrategy traces each replica's step in a thread of its own): whether Keras
 #: divided a loss by the replicas since the step began or since the last update.
@@ -42,10 +42,10 @@ def _step_begins() -> None:
 
 
 def in_own_step() -> bool:
-    """Whether the step being traced in this thread is a train_step of the user's own: Keras 3 then leaves
-    its losses undivided (kscale._keras_private.on_distribution_loss_scaling), so that what the step
-    tracks is what one process tracks, and the gradients are divided here instead."""
-    return getattr(_traced, "own_step", False)
+    """Whether a step kscale runs is being traced in this thread: Keras then leaves its losses undivided
+    (kscale._keras_private.on_distribution_loss_scaling), so that what the step computes and tracks is what
+    one process does on the replica's slice, and the gradients are divided here instead."""
+    return getattr(_traced, "in_step", False)
 
 
 def _replicas_mean(outputs: Any) -> Any:
@@ -88,33 +88,50 @@ def watch_steps(model: Any, base: type, several_workers: bool = False) -> None:
         model.distribute_reduction_method = "first"
     finish = _replicas_mean if mean_outputs else (lambda outputs: outputs)
 
-    own = own_train is not base.train_step
-
     def train_step(self: Any, data: Any) -> Any:
         _step_begins()
-        _traced.own_step = own
+        _traced.in_step = True
         try:
             return finish(own_train(self, data))
         finally:
-            _traced.own_step = False
+            _traced.in_step = False
+
+    def test_step(self: Any, data: Any) -> Any:
+        _traced.in_step = True
+        try:
+            return finish(own_test(self, data))
+        finally:
+            _traced.in_step = False
 
     object.__setattr__(model, "train_step", types.MethodType(train_step, model))
+    object.__setattr__(model, "test_step", types.MethodType(test_step, model))
     if mean_outputs:
-        object.__setattr__(
-            model, "test_step", types.MethodType(lambda self, data: finish(own_test(self, data)), model)
-        )
         model.distribute_reduction_method = "first"
     object.__setattr__(model, "_kscale_watched_step", True)
 
 
 def _per_replica(gradients: list) -> list:
-    """The gradients divided by the replicas, unless Keras divided the loss they came from; weighted by
-    the replica's share of a step whose slices differ in size (kscale.step_weights)."""
+    """The gradients divided by the replicas, unless the step divided its loss by the global batch itself;
+    weighted by the replica's share of a step whose slices differ in size (kscale.step_weights). A sparse
+    gradient (an Embedding's IndexedSlices) stays sparse: Keras 3's optimizers update only its rows."""
     gradients = step_weights.scale(gradients)
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if _take_divided() or replicas == 1 or tf.distribute.in_cross_replica_context():
         return gradients
-    return [None if g is None else g / tf.cast(replicas, g.dtype) for g in gradients]
+    return [None if g is None else step_weights.times(g, 1.0 / replicas) for g in gradients]
+
+
+def _replicas_mean_of(gradients: list) -> list:
+    """Keras 3: the replicas' mean of the gradients, taken before the optimizer clips them (Keras 3 clips
+    each replica's own, then sums: a `global_clipnorm` of 1 clipped the replicas' halves, not their
+    whole). One all-reduce, as Keras' own; the optimizer then finds them reduced (`_reduced_class`)."""
+    gradients = _per_replica(gradients)
+    context = tf.distribute.get_replica_context()
+    present = [g for g in gradients if g is not None]
+    if context is None or context.num_replicas_in_sync == 1 or not present:
+        return gradients
+    reduced = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, present))
+    return [None if g is None else next(reduced) for g in gradients]
 
 
 @functools.cache
@@ -131,20 +148,31 @@ def _averaging_class(base: type) -> type:
     else:  # Keras 3: apply() takes every path's gradients (apply_gradients, minimize, train_step)
 
         def apply(self: Any, grads: Any, trainable_variables: Any = None) -> Any:
-            return base.apply(self, _per_replica(list(grads)), trainable_variables)
+            return base.apply(self, _replicas_mean_of(list(grads)), trainable_variables)
 
         namespace = {"apply": apply}
     # Named and placed like the original, so that saved files name the user's optimizer class.
     return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
 
 
+@functools.cache
+def _reduced_class(base: type) -> type:
+    """Keras 3: `base` taking the gradients it applies as reduced over the replicas already."""
+    namespace = {_keras_private.KERAS3_GRADIENT_ALL_REDUCE: lambda self, grads_and_vars: list(grads_and_vars)}
+    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+
+
 def averaging(optimizer: Any) -> Any:
     """`optimizer`, now averaging. Keras 2: where a mixed-precision loss-scale optimizer wraps it, the inner
     one, which aggregates. Keras 3: the one the step calls `apply` on, in the thread that traced the loss
-    (its loss-scale optimizer applies the inner one from a cross-replica merge_call)."""
+    (its loss-scale optimizer applies the inner one from a cross-replica merge_call), reducing the
+    gradients there; the one that updates the weights takes them as reduced."""
     inner = getattr(optimizer, "inner_optimizer", None)
     keras_2 = hasattr(type(inner if inner is not None else optimizer), "aggregate_gradients")
     target = inner if keras_2 and inner is not None else optimizer
     if keras_2 or hasattr(type(target), "apply"):
         target.__class__ = _averaging_class(type(target))
+    if not keras_2:
+        updating = inner if inner is not None else optimizer
+        updating.__class__ = _reduced_class(type(updating))
     return optimizer

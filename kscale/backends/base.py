@@ -43,6 +43,9 @@ class Backend(abc.ABC):
     one_process: ClassVar[bool] = False
     #: Every process's batches must have the same rows (Keras 3 on JAX makes one array of them).
     equal_batches: ClassVar[bool] = False
+    #: Each replica computes its loss on its own slice of the global batch, and their gradients are
+    #: averaged (all but Keras 3 on JAX, whose every step computes the global batch's loss itself).
+    replica_losses: ClassVar[bool] = True
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
@@ -153,7 +156,12 @@ class Backend(abc.ABC):
     def watch_step_weights(self, model: Any) -> None:
         """Make the model's training step take a replica's gradient weight off the batches that carry one
         (a last step shared unevenly: kscale.step_weights) before Keras or the user's train_step sees them."""
-        self.family.watch_step_weights(model)
+        self.family.watch_step_weights(model, self.loss_replicas)
+
+    @property
+    def loss_replicas(self) -> int:
+        """How many replicas compute a step's loss, each on its slice (kscale.loss_reduction)."""
+        return self.num_replicas if self.replica_losses else 1
 
     def build_on_first_batch(self, model: Any, x: Any) -> None:
         """Build a model that has no weights yet (no input shape) from the first batch of `x`, where the

@@ -43,6 +43,8 @@ class JaxBackend(Backend):
     uneven_evaluation = True
     # Keras assembles one array of every process's batch, cut evenly over the devices.
     equal_batches = True
+    # Every step's loss is the global batch's, computed by Keras itself.
+    replica_losses = False
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         super().__init__(env, devices)

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import _keras_private, step_weights, tf_data
+from kscale import _keras_private, loss_reduction, step_weights, tf_data
 from kscale.callbacks import for_this_worker
 from kscale.keras2 import learning_rate, rebuild
 
@@ -44,9 +44,11 @@ class Keras2Family:
     def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
         return rebuild.clone_compile_args(args, strategy)
 
-    def watch_step_weights(self, model: Any) -> None:
-        """The model's train_step takes the gradient weight off the batches that carry one."""
-        step_weights.watch(model)
+    def watch_step_weights(self, model: Any, replicas: int) -> None:
+        """The model's train_step takes the gradient weight off the batches that carry one, and its steps
+        reduce their losses as one of `replicas` replicas (kscale.loss_reduction)."""
+        _keras_private.on_loss_reduction(tf.keras, loss_reduction.scaled_sum, loss_reduction.check)
+        step_weights.watch(model, replicas)
 
     def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
         """Keras 2 builds such a model inside its first training step, after the weights are broadcast:

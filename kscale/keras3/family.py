@@ -13,7 +13,7 @@ from typing import Any
 
 import keras
 
-from kscale import _keras_private, step_weights
+from kscale import _keras_private, loss_reduction, step_weights
 from kscale.callbacks import for_this_worker
 from kscale.errors import BackendError, ModelError, OptionError
 from kscale.keras3 import data, learning_rate, rebuild
@@ -61,11 +61,12 @@ class Keras3Family:
     def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
         """Nothing: Keras 3 builds it on its first batch, inside the scope its fit enters."""
 
-    def watch_step_weights(self, model: Any) -> None:
+    def watch_step_weights(self, model: Any, replicas: int) -> None:
         """The model's train_step takes the gradient weight off the batches that carry one (its JAX
         train_step takes (state, data)); and Keras 3 reads a batch itself to build the model before fit's
         first step: without the weight around it."""
-        step_weights.watch(model, stateless=keras.config.backend() == "jax")
+        _keras_private.on_loss_reduction(keras, loss_reduction.scaled_sum, loss_reduction.check)
+        step_weights.watch(model, replicas, stateless=keras.config.backend() == "jax")
         _keras_private.symbolic_build_without(model, step_weights.batch_of)
 
     # -- what Keras 3 cannot do under a tf.distribute strategy: stopped before training, saying what works --

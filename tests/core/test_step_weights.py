@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kscale import step_weights
+from kscale import loss_reduction, step_weights
 from kscale.step_weights import Weighted
 
 
@@ -19,10 +19,13 @@ class Model:
         self.seen.append(data)
         return step_weights.scale([np.ones(2, np.float32), None])
 
+    def test_step(self, data):
+        return loss_reduction.scaled_sum(np.float32(3.0))  # a batch's summed loss
+
 
 def test_the_step_gets_the_batch_and_its_gradients_are_weighted_by_its_share():
     model = Model()
-    step_weights.watch(model)
+    step_weights.watch(model, 2)
     batch = (np.zeros((3, 1)), np.zeros(3))
     gradients = model.train_step(Weighted(batch, np.float32(1.5)))
     assert model.seen[-1] is batch and gradients[1] is None
@@ -34,8 +37,8 @@ def test_the_step_gets_the_batch_and_its_gradients_are_weighted_by_its_share():
 
 def test_a_batch_without_a_weight_and_an_update_outside_the_step_are_left_alone():
     model = Model()
-    step_weights.watch(model)
-    step_weights.watch(model)  # once per model
+    step_weights.watch(model, 2)
+    step_weights.watch(model, 2)  # once per model
     model.train_step(Weighted((np.zeros(1),), 2.0))
     np.testing.assert_array_equal(model.train_step((np.zeros(1),))[0], [1.0, 1.0])
     plain = [np.ones(2, np.float32)]
@@ -48,6 +51,27 @@ def test_a_stateless_step_takes_its_state_first():
         def train_step(self, state, data):
             return state, data
 
+        def test_step(self, state, data):
+            return loss_reduction.scaled_sum(np.float32(1.0))
+
     model = Stateless()
-    step_weights.watch(model, stateless=True)
+    step_weights.watch(model, 2, stateless=True)
     assert model.train_step("state", Weighted("batch", 1.0)) == ("state", "batch")
+
+
+def test_a_sum_is_a_replicas_share_of_one_processs_sum_inside_the_steps_only():
+    """kscale.loss_reduction: R replicas' sums, weighted by their slices' shares and averaged, add up."""
+
+    class Summing(Model):
+        def train_step(self, data):
+            return loss_reduction.scaled_sum(np.float32(3.0))
+
+    model = Summing()
+    step_weights.watch(model, 2)
+    assert model.train_step((np.zeros(1),)) == 6.0  # a full step: x R
+    assert model.train_step(Weighted((np.zeros(1),), np.float32(1.5))) == 4.0  # x R / w
+    assert model.test_step((np.zeros(1),)) == 6.0
+    assert loss_reduction.scaled_sum(np.float32(3.0)) == 3.0  # outside a step: as Keras computed it
+    alone = Summing()
+    step_weights.watch(alone, 1)
+    assert alone.train_step((np.zeros(1),)) == 3.0

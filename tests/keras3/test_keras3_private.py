@@ -231,3 +231,54 @@ def test_fit_iterators_are_the_ones_keras_makes_in_one_process():
     step = 1 + iterators.after_each_epoch
     assert trained == [first, first + step, first + 2 * step]
     assert after == first + 3 * step
+
+
+def test_keras_3_optimizers_read_the_rate_they_apply_through_one_method():
+    """kscale.keras3.learning_rate multiplies `_get_current_learning_rate` during an update: the rate
+    `update_step` gets, weight decay's (torch's too) and the public `learning_rate` all come from it."""
+    seen = []
+
+    class Watched(keras.optimizers.SGD):
+        def _get_current_learning_rate(self):
+            seen.append(True)
+            return _keras_private.current_learning_rate(keras.optimizers.SGD, self)
+
+    optimizer = Watched(0.5)
+    assert float(keras.ops.convert_to_numpy(optimizer.learning_rate)) == 0.5 and seen
+    variable = keras.Variable(np.zeros(1, "float32"))
+    seen.clear()
+    optimizer.apply_gradients([(keras.ops.ones((1,)), variable)])
+    assert seen and float(keras.ops.convert_to_numpy(variable)[0]) == -0.5
+
+
+def test_every_keras_3_loss_reduces_through_the_function_kscale_wraps(monkeypatch):
+    from keras.src.losses import loss as loss_module
+
+    from kscale import loss_reduction
+
+    keras_own = getattr(loss_module.reduce_values, "__wrapped__", loss_module.reduce_values)
+    monkeypatch.setattr(loss_module, "reduce_values", keras_own)  # kscale's wrapper put back after
+    seen = []
+    _keras_private.on_loss_reduction(keras, lambda loss: loss * 3.0, lambda *a: seen.append(a))
+    y = np.array([[1.0], [2.0]], "float32")
+    summed = keras.losses.MeanSquaredError(reduction="sum")
+    assert float(summed(y, np.zeros_like(y))) == 15.0  # (1 + 4) x 3
+    assert float(keras.losses.MeanSquaredError()(y, np.zeros_like(y))) == 2.5
+    assert ("sum", False) in seen
+    _keras_private.on_loss_reduction(keras, loss_reduction.scaled_sum, loss_reduction.check)
+    assert float(summed(y, np.zeros_like(y))) == 15.0  # wrapped once
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="Keras 3's TensorFlow optimizer only")
+def test_keras_3_tensorflow_optimizers_sum_the_replicas_gradients_after_clipping_them():
+    """kscale reduces the gradients before Keras 3 clips them, and makes the method that sums them over a
+    strategy's replicas (after clipping) hand them on as they are."""
+    import inspect
+
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
+    assert hasattr(TFOptimizer, _keras_private.KERAS3_GRADIENT_ALL_REDUCE)
+    source = inspect.getsource(TFOptimizer._backend_update_step)
+    assert _keras_private.KERAS3_GRADIENT_ALL_REDUCE in source
+    apply_source = inspect.getsource(keras.optimizers.Optimizer._backend_apply_gradients)
+    assert apply_source.index("_clip_gradients") < apply_source.index("_backend_update_step")

@@ -213,3 +213,41 @@ def test_synchronized_batch_norm_is_saved_as_it_is(tmp_path):
     model.save(str(tmp_path / "keras"), save_format="tf")
     assert calls == [1]
     tf.keras.models.load_model(str(tmp_path / "keras"))(tf.ones((2, 3)), training=True)
+
+
+def test_a_legacy_optimizer_reads_its_rate_for_an_update_in_decayed_lr():
+    """kscale.keras2.learning_rate multiplies `_decayed_lr` of a legacy optimizer (its update's rate)."""
+    assert _keras_private.is_legacy_optimizer_class(tf.keras.optimizers.legacy.SGD)
+    assert not _keras_private.is_legacy_optimizer_class(tf.keras.optimizers.SGD)
+    optimizer = tf.keras.optimizers.legacy.SGD(0.25)
+    rate = _keras_private.legacy_decayed_rate(tf.keras.optimizers.legacy.SGD, optimizer, tf.float32)
+    assert abs(float(rate) - 0.25) < 1e-7
+    variable = tf.Variable([0.0])
+    calls = []
+
+    class Watched(tf.keras.optimizers.legacy.SGD):
+        def _decayed_lr(self, var_dtype):
+            calls.append(var_dtype)
+            return super()._decayed_lr(var_dtype)
+
+    Watched(0.25).apply_gradients([(tf.constant([1.0]), variable)])
+    assert calls and abs(float(variable.numpy()[0]) + 0.25) < 1e-7
+
+
+def test_every_tf_keras_loss_reduces_through_the_function_kscale_wraps(monkeypatch):
+    import importlib
+
+    from kscale import loss_reduction
+
+    root = tf.keras.losses.Loss.__module__.split(".")[0]
+    module = importlib.import_module(f"{root}.src.utils.losses_utils")
+    keras_own = getattr(module.reduce_weighted_loss, "__wrapped__", module.reduce_weighted_loss)
+    monkeypatch.setattr(module, "reduce_weighted_loss", keras_own)  # kscale's wrapper put back after
+    _keras_private.on_loss_reduction(tf.keras, lambda loss: loss * 3.0, lambda *a: None)
+    loss = tf.keras.losses.MeanSquaredError(reduction=tf.keras.losses.Reduction.SUM)
+    y = tf.constant([[1.0], [2.0]])
+    assert float(loss(y, tf.zeros_like(y))) == 15.0  # (1 + 4) x 3: the wrapper is what the loss calls
+    mean = tf.keras.losses.MeanSquaredError()
+    assert float(mean(y, tf.zeros_like(y))) == 2.5  # a mean is left alone
+    _keras_private.on_loss_reduction(tf.keras, loss_reduction.scaled_sum, loss_reduction.check)
+    assert float(loss(y, tf.zeros_like(y))) == 15.0  # wrapped once: the first wrapper stays
