@@ -8,7 +8,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from kscale.errors import ModelError
+from kscale.errors import BackendError, ModelError
 
 #: Where a model that cannot be copied into a strategy's scope can be built instead (the end of a sentence).
 BUILD_IT_IN_SCOPE = (
@@ -49,3 +49,35 @@ def fresh_compile_args(
         key: map_structure(fresh, value) if key in _LOSSES_AND_METRICS else copy.copy(value)
         for key, value in args.items()
     }
+
+
+def stateful_layers(model: Any) -> list[str]:
+    """The names of the stateful layers (`LSTM(stateful=True)`: state kept from batch to batch) in `model`,
+    nested models included: a state sized for one replica's batch, which not every backend can hold."""
+    return [layer.name for layer in _submodules(model) if getattr(layer, "stateful", False) is True]
+
+
+def _submodules(model: Any) -> list:
+    found = []
+    for layer in getattr(model, "layers", []):
+        found.append(layer)
+        found.extend(_submodules(layer))
+        inner = getattr(layer, "layer", None) or getattr(layer, "forward_layer", None)  # Bidirectional, RNN
+        if inner is not None:
+            found.append(inner)
+    return found
+
+
+def refuse_stateful(model: Any, backend: str, works: str) -> None:
+    """A BackendError for a model with stateful layers under `backend`, which cannot hold their state,
+    naming what `works`; nothing for a model without them."""
+    names = stateful_layers(model)
+    if names:
+        raise stateful_error(names, backend, works)
+
+
+def stateful_error(names: list[str], backend: str, works: str) -> BackendError:
+    return BackendError(
+        f"a stateful layer ({', '.join(names)}: stateful=True, its state carried from batch to batch) "
+        f"cannot train under the {backend} backend: {works}"
+    )

@@ -59,6 +59,7 @@ class StrategyBackend(Backend):
             _keras_private.on_distribution_loss_scaling(
                 self.keras_module(), _replica_mean.keras_divided_a_loss, _replica_mean.in_own_step
             )
+            self.family.strategy_made(self)
 
     @property
     def strategy(self) -> tf.distribute.Strategy:

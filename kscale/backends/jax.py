@@ -24,6 +24,7 @@ from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
+from kscale.rebuild import refuse_stateful
 
 #: The launchers whose processes join one JAX job (jax.distributed) at `import kscale`.
 _JOB_LAUNCHERS = (Launcher.KERAS_DISTRIBUTION, Launcher.JAX_DISTRIBUTED)
@@ -110,6 +111,18 @@ class JaxBackend(Backend):
 
     def keras_steps(self) -> contextlib.AbstractContextManager:
         return self._distribution.scope()
+
+    def check_model(self, model: Any) -> None:
+        super().check_model(model)
+        if self.num_replicas > 1:
+            refuse_stateful(
+                model,
+                self.name,
+                "keras.distribution feeds each step the global batch, while the layer's state is sized for "
+                "the batch it was built with. Keras 3 on TensorFlow trains it as one process at the global "
+                "batch (KERAS_BACKEND=tensorflow, `kscale run --engine tf`; or mirrored on one host), with "
+                "shuffle=False; so does tf.keras under Horovod.",
+            )
 
     def place_model(self, model: Any) -> Any:
         """The model itself if it was built under the distribution (after `import kscale`), else a copy."""

@@ -16,6 +16,13 @@ import tensorflow as tf
 from kscale import _keras_private, loss_reduction, step_weights, tf_data
 from kscale.callbacks import for_this_worker
 from kscale.keras2 import learning_rate, rebuild
+from kscale.rebuild import refuse_stateful, stateful_error
+
+_STATEFUL_UNDER_STRATEGIES = (
+    "TensorFlow does not support stateful RNNs under tf.distribute strategies. Horovod trains it as one "
+    "process at the global batch, each worker holding its rows' state (`kscale run --engine horovod`, or "
+    "horovodrun), with shuffle=False so that a row's next batch stays on its worker."
+)
 
 
 class Keras2Family:
@@ -68,7 +75,15 @@ class Keras2Family:
 
     # -- under a tf.distribute strategy: tf.keras takes what one process takes ---------------------------------
     def check_strategy_model(self, backend: Any, model: Any) -> None:
-        """Nothing to refuse."""
+        """A stateful RNN: TensorFlow refuses it under every tf.distribute strategy ("not yet supported")."""
+        refuse_stateful(model, backend.name, _STATEFUL_UNDER_STRATEGIES)
+
+    def strategy_made(self, backend: Any) -> None:
+        """The strategy is the process's from `import kscale` on: tf.keras refuses a stateful RNN as the
+        layer is made, which kscale turns into its own BackendError."""
+        _keras_private.on_stateful_rnn_refused(
+            tf.keras, lambda name: stateful_error([name], backend.name, _STATEFUL_UNDER_STRATEGIES)
+        )
 
     def strategy_steps(self) -> Any:
         """Where tf.keras' fit runs under a tf.distribute strategy: as it is."""

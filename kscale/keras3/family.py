@@ -92,6 +92,9 @@ class Keras3Family:
         """Where Keras 3's load_weights runs under a tf.distribute strategy: as it is."""
         return contextlib.nullcontext()
 
+    def strategy_made(self, backend: Any) -> None:
+        """Nothing: Keras 3 trains a stateful RNN under a tf.distribute strategy."""
+
     def strategy_left(self, strategy: Any, model: Any) -> None:
         """Nothing: Keras 3's compile takes metrics made outside the model's strategy."""
 

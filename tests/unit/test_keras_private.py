@@ -251,3 +251,17 @@ def test_every_tf_keras_loss_reduces_through_the_function_kscale_wraps(monkeypat
     assert float(mean(y, tf.zeros_like(y))) == 2.5  # a mean is left alone
     _keras_private.on_loss_reduction(tf.keras, loss_reduction.scaled_sum, loss_reduction.check)
     assert float(loss(y, tf.zeros_like(y))) == 15.0  # wrapped once: the first wrapper stays
+
+
+def test_tf_keras_refuses_a_stateful_rnn_under_a_strategy_where_kscale_turns_it_into_its_own_error():
+    import pytest
+
+    from kscale.errors import BackendError
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope(), pytest.raises(ValueError, match="^Stateful RNNs"):
+        tf.keras.layers.LSTM(2, stateful=True)
+    _keras_private.on_stateful_rnn_refused(tf.keras, lambda name: BackendError(f"refused {name}"))
+    with strategy.scope(), pytest.raises(BackendError, match="refused lstm_a"):
+        tf.keras.layers.LSTM(2, stateful=True, name="lstm_a")
+    assert tf.keras.layers.LSTM(2, stateful=True).stateful  # outside a strategy: as Keras makes it
