@@ -517,6 +517,79 @@ def keras3_strategy_fixed() -> Iterator[None]:
         trainer._kscale_multi_worker_fixed = False
 
 
+def array_orders(
+    keras: Any, count: int, batch_size: int, epochs: int, shuffle: Any, peeked: bool = False
+) -> Any:
+    """The order of `count` samples in each of the `epochs` epochs of `fit(x, y, batch_size, shuffle=...)` on
+    arrays, in one process: drawn by Keras' own array adapter, from the random state it draws from (tf.keras
+    and Keras 3 on TensorFlow: the seeds of a `tf.random.shuffle` in its dataset; Keras 3 on JAX: NumPy's
+    global generator; on torch: torch's, through a DataLoader's RandomSampler), as fit makes and reads it
+    (tf.keras: one dataset of every epoch's order; Keras 3: an iterator per epoch). Keras has no public way
+    to the order it draws; tests/unit/test_keras_private.py and tests/keras3/test_keras3_private.py compare
+    these with the orders fit trains on.
+
+    `peeked`: Keras 3 reads a batch before the first epoch to build the model (`fits_after_a_peek`), from
+    an iterator of its own, which draws an order on JAX and torch that no epoch trains on; and after each
+    epoch it makes the next epoch's iterator, unread (on torch, a DataLoader's iterator draws its base
+    seed from torch's generator when made).
+
+    Returns the orders (epochs × count) and what to call when fit ends, or None: on torch, the generator's
+    state as one process's fit leaves it (the DataLoaders kscale's own feed reads draw from it too)."""
+    import importlib
+
+    import numpy as np
+
+    indices = np.arange(count, dtype=np.int64)
+
+    def first_leaf(batch: Any) -> np.ndarray:
+        while isinstance(batch, tuple | list):
+            batch = batch[0]
+        return np.asarray(batch)
+
+    root = keras.losses.Loss.__module__.split(".")[0]  # keras, or tf_keras for TF_USE_LEGACY_KERAS
+    if not hasattr(keras, "ops"):
+        adapters = importlib.import_module(f"{root}.src.engine.data_adapter")
+        adapter = adapters.TensorLikeDataAdapter(
+            indices, batch_size=batch_size, epochs=epochs, shuffle=shuffle
+        )
+        flat = np.concatenate([first_leaf(batch) for batch in adapter.get_dataset()])
+        return flat.reshape(epochs, count), None
+    adapters = importlib.import_module(f"{root}.src.trainers.data_adapters.array_data_adapter")
+    adapter = adapters.ArrayDataAdapter(indices, batch_size=batch_size, shuffle=shuffle)
+    backend = keras.config.backend()
+    if backend == "tensorflow":  # its orders are its dataset's seeds': a peek changes none
+        dataset = adapter.get_tf_dataset()
+        passes = [iter(dataset) for _ in range(epochs)]  # a new iterator each epoch, as Keras makes them
+    elif backend == "torch":
+        import torch
+
+        if peeked:
+            next(iter(adapter.get_torch_dataloader()))
+        orders = []
+        for _ in range(epochs):  # a new loader each epoch; the next one made, unread, after it
+            orders.append(np.concatenate([first_leaf(batch) for batch in adapter.get_torch_dataloader()]))
+            iter(adapter.get_torch_dataloader())
+        state = torch.get_rng_state()
+        return np.stack(orders), lambda: torch.set_rng_state(state)
+    else:
+        if peeked:
+            next(adapter.get_numpy_iterator())
+        passes = [adapter.get_numpy_iterator() for _ in range(epochs)]  # drawn when read
+    return np.stack([np.concatenate([first_leaf(batch) for batch in epoch]) for epoch in passes]), None
+
+
+def fits_after_a_peek(model: Any) -> bool:
+    """Whether Keras 3's fit will read a batch to build the model before its first epoch
+    (`Trainer._symbolic_build`'s own test: a layer, the compiled metrics or the compiled loss unbuilt, as
+    after compile until the first fit or evaluate)."""
+    metrics, loss = getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)
+    return (
+        not all(layer.built for layer in model._flatten_layers())
+        or (metrics is not None and not metrics.built)
+        or (loss is not None and not loss.built)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class FitIterators:
     """How many iterators of a tf.data dataset Keras' fit creates, in one process, besides the one it reads

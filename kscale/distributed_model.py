@@ -29,7 +29,16 @@ from kscale.errors import DataError, ModelError, OptionError
 from kscale.learning_rate import describe
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, Plan, divide_epochs, divide_steps, lr_scale_factor
-from kscale.sharding import Feed, FeedRequest, Shard, class_weighted, flatten, is_array_data, split_validation
+from kscale.sharding import (
+    Feed,
+    FeedRequest,
+    Shard,
+    class_weighted,
+    flatten,
+    is_array_data,
+    num_samples,
+    split_validation,
+)
 
 _KERAS_DEFAULT_BATCH = 32
 _STATE = "_kscale_state"
@@ -329,6 +338,8 @@ def _fit_in_this_world(
         x, y, sample_weight = _with_class_weight(x, y, sample_weight, a.pop("class_weight"), a)
     request = _request(state, per_replica, a.get("shuffle", True), user_steps, "training data")
     request = dataclasses.replace(request, epochs=max(1, a.get("epochs", 1) - a.get("initial_epoch", 0)))
+    orders, after_orders = _epoch_orders(self, state, request, a.get("shuffle", True), (x, y, sample_weight))
+    request = dataclasses.replace(request, orders=orders)
     _check_same_data(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
     _check_same_feed(backend, request, feed)
@@ -366,13 +377,39 @@ def _fit_in_this_world(
     _quiet_unless_chief(a, backend)
     # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
-    after = feed.after_training
-    done = (
-        [backend.keras_module().callbacks.LambdaCallback(on_train_end=lambda logs: after())] if after else []
-    )
+    endings = [end for end in (feed.after_training, after_orders) if end is not None]
+    done = [
+        backend.keras_module().callbacks.LambdaCallback(on_train_end=lambda logs: [end() for end in endings])
+    ]
     a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, *done]
     with backend.keras_steps():
         return _keras(self, "fit")(**a)
+
+
+def _epoch_orders(
+    model: Any, state: _State, request: FeedRequest, shuffle: Any, arrays: tuple
+) -> tuple[np.ndarray | None, Callable[[], None] | None]:
+    """Shuffled training arrays, cut among replicas: the order of the samples in each epoch, as one
+    process's fit draws it. The chief draws them through Keras' own array adapter, from the random state
+    Keras draws from (so that the seeded script's orders are one process's, and the user's random stream
+    goes on as there), and every worker gets them (one broadcast per fit); the others draw nothing. None
+    where Keras' own shuffle serves (one replica), or no order is drawn per epoch (steps_per_epoch given:
+    Keras goes on with one order across epochs). With them, what to do when fit ends (or None): put the
+    random state back as one process's fit leaves it (_keras_private.array_orders)."""
+    backend = state.backend
+    x = arrays[0]
+    if not shuffle or request.steps is not None or backend.num_replicas < 2 or not is_array_data(x):
+        return None, None
+    if request.shard.count * request.replicas_per_worker < 2:  # every worker takes all of it
+        return None, None
+    count = num_samples(*[a for a in arrays if a is not None])
+    if backend.is_chief:
+        global_batch = request.per_replica * backend.num_replicas
+        drawn, after = backend.family.epoch_orders(model, count, global_batch, request.epochs, shuffle)
+        drawn = np.asarray(drawn, np.int64)
+    else:
+        drawn, after = np.zeros((request.epochs, count), np.int64), None
+    return backend.broadcast(drawn), after
 
 
 def _with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, arguments: dict) -> tuple:

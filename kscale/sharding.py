@@ -156,6 +156,9 @@ class FeedRequest:
     evaluation: bool = False
     #: the epochs Keras' fit will run over the training data (one pass of a dataset each)
     epochs: int = 1
+    #: shuffled training arrays: the order of the samples in each of `epochs` epochs, as one process's
+    #: fit draws it (an epochs × samples array, the same on every worker), or None
+    orders: Any = None
 
     @property
     def per_worker(self) -> int:
@@ -179,6 +182,10 @@ class WorkerPart:
     last_step: LastStep | None = None
     #: arrays every worker must have read alike, compared before training (a generator's first targets)
     fingerprint: list | None = None
+    #: shuffled arrays (kind "arrays"): x, y and sample_weight are the whole arrays, and row e holds the
+    #: positions this worker trains on in epoch e, in order (an epochs × length array); None: the arrays
+    #: are this worker's part, in order
+    orders: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +232,11 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     if part.kind == "array_batches":  # ArrayBatches: this worker's steps, each replica's weight with it
         steps = checked_steps(steps, part.length, request)
         return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps or part.length, shuffle=False)
+    if part.kind == "epoch_batches":  # every epoch's batches in turn: `length` steps an epoch
+        steps = checked_steps(steps, part.length, request) or part.length
+        return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps, shuffle=False)
     if part.kind == "arrays":
+        assert part.orders is None, "shuffled arrays are fed by the family as their batches (orders)"
         available = math.ceil(part.length / request.per_worker)
         steps = checked_steps(steps, available, request)
         return Feed(
@@ -312,9 +323,18 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
                     "weights count them in that step"
                 )
     part = dataclasses.replace(shard, even=False)
-    x, y, sample_weight = (shard_arrays(a, part, usable) for a in (x, y, sample_weight))
     longest, shortest = longest_and_shortest(usable, part)
     length = part_length(usable, part)
+    if request.orders is not None:  # each epoch's order, one process's: this worker's positions in it
+        orders = np.asarray(request.orders)[:, :usable][:, shard.index :: shard.count]
+        notes.append(
+            f"shuffled each epoch in the order one process's fit draws ({orders.shape[0]} epoch(s), the "
+            "chief's draw given to every worker)"
+        )
+        return WorkerPart(
+            "arrays", x, y, sample_weight, length, longest, shortest, notes, last, orders=orders
+        )
+    x, y, sample_weight = (shard_arrays(a, part, usable) for a in (x, y, sample_weight))
     return WorkerPart("arrays", x, y, sample_weight, length, longest, shortest, notes, last)
 
 
@@ -586,12 +606,17 @@ def _blank(array: np.ndarray) -> Any:
 
 
 class ArrayBatches:
-    """This worker's part of training arrays whose last step the global batch does not fill
-    (`WorkerPart.last_step`), as its batches, for a Keras that takes each as this worker's batch (Keras 3
-    on torch and on JAX): full steps of `per_worker` rows of its part, then its share of the last step;
-    each batch with its gradient weight (kscale.step_weights.Weighted: one row per sample, for Keras to cut
-    with the batch). Shuffled, the order of the part is this worker's own (its samples are its own) and
-    new every epoch.
+    """This worker's part of training arrays as its batches, for a Keras that takes each as this worker's
+    batch (Keras 3 on torch and on JAX), where Keras' own slicing of the part would not do: the last step
+    is shared unevenly (`WorkerPart.last_step`), or every epoch takes one process's order
+    (`WorkerPart.orders`). Full steps of `per_worker` rows, then this worker's share of the last step, each
+    with its gradient weight where there is one (kscale.step_weights.Weighted: one row per sample, for
+    Keras to cut with the batch). Pass p over the batches reads row p of the orders; without them the part
+    is read in order, or, shuffled (steps given: no orders are drawn), in an order of kscale's own that
+    depends only on the pass (no draw from the user's random state). A pass begins when batch 0 is read
+    after the previous pass read its last: Keras 3 makes the next epoch's iterator, and on JAX starts
+    reading it ahead, before it calls `on_epoch_end`; reading batch 0 again in a pass (Keras peeking at a
+    batch to build the model) begins none.
 
     Where every process's batches must have the same rows (`FeedRequest.equal_batches`: Keras 3 on JAX
     makes one array of them, cut evenly over its devices), the last step is padded with zero-weighted
@@ -604,38 +629,53 @@ class ArrayBatches:
     def __init__(self, part: WorkerPart, request: FeedRequest):
         super().__init__()
         last = part.last_step
-        assert last is not None, "ArrayBatches is for arrays whose last step is shared (array_part)"
         self.arrays = (part.x, part.y, part.sample_weight)
         self.per_worker = request.per_worker
         self.shuffle = request.shuffle
+        self.orders = None if part.orders is None else np.asarray(part.orders)
+        self.passes = 0  # passes over the batches begun before the current one
+        self._read_last = False
         self.full_steps, self.last_rows = divmod(part.length, self.per_worker)
-        if request.equal_batches:
+        self.rows_in_last, self.last_weight = self.last_rows, 1.0
+        if last is not None and request.equal_batches:
             each = math.ceil(last.samples / last.replicas)
             self.rows_in_last = request.replicas_per_worker * each
             self.last_weight = last.replicas * each / last.samples
-        else:
-            self.rows_in_last = self.last_rows
+        elif last is not None:
             self.last_weight = last.weight(self.last_rows)
+        self.weigh = last is not None
         # Zero-weighted padding needs sample weights, and every step and worker's batches have one
         # structure (a process without padding of its own gets them too: Keras compiles one step for all).
-        padded = request.equal_batches and last.samples % last.replicas != 0
+        padded = last is not None and request.equal_batches and last.samples % last.replicas != 0
         self.weighted = part.sample_weight is not None or padded
-        self._order = self._permutation()
+        self._order = self._epoch_order()
 
-    def _permutation(self) -> np.ndarray:
+    def _epoch_order(self) -> np.ndarray:
+        if self.orders is not None:
+            return self.orders[min(self.passes, len(self.orders) - 1)]
         rows = self.full_steps * self.per_worker + self.last_rows
-        return np.random.permutation(rows) if self.shuffle else np.arange(rows)
+        if self.shuffle:
+            return np.random.default_rng([0, self.passes]).permutation(rows)
+        return np.arange(rows)
 
     def __len__(self) -> int:
-        return self.full_steps + 1
+        return self.full_steps + (1 if self.weigh or self.last_rows else 0)
 
     def __getitem__(self, index: int) -> Any:
         from kscale.step_weights import Weighted
 
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} out of range for {len(self)} batches")
-        rows = self.per_worker if index < self.full_steps else self.rows_in_last
-        positions = self._order[index * self.per_worker : index * self.per_worker + rows]
+        if index == 0 and self._read_last:  # a new pass
+            self.passes += 1
+            self._read_last = False
+            self._order = self._epoch_order()
+        self._read_last = self._read_last or index == len(self) - 1
+        start = index * self.per_worker
+        if index < self.full_steps:
+            rows, positions = self.per_worker, self._order[start : start + self.per_worker]
+        else:  # this worker's share of the last step, padded to `rows_in_last` where it must be
+            rows, positions = self.rows_in_last, self._order[start : start + self.last_rows]
         x, y, weights = self.arrays
         batch = tuple(_padded_rows(a, positions, rows) for a in (x, y) if a is not None)
         if self.weighted:
@@ -643,11 +683,10 @@ class ArrayBatches:
             weight = np.zeros(rows, np.float32)
             weight[: len(positions)] = real
             batch = (*batch, weight)
+        if not self.weigh:
+            return batch
         factor = 1.0 if index < self.full_steps else self.last_weight
         return Weighted(batch, np.full(rows, factor, np.float32))
-
-    def on_epoch_end(self) -> None:
-        self._order = self._permutation()
 
 
 def _padded_rows(structure: Any, positions: np.ndarray, rows: int) -> Any:

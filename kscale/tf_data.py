@@ -336,7 +336,12 @@ def generator_to_dataset(batches: Any) -> tf.data.Dataset:
 
 
 def arrays_to_dataset(
-    arrays: tuple, batch_size: int, shuffle: bool, replicas: int = 1, last_step: LastStep | None = None
+    arrays: tuple,
+    batch_size: int,
+    shuffle: bool,
+    replicas: int = 1,
+    last_step: LastStep | None = None,
+    orders: Any = None,
 ) -> tf.data.Dataset:
     """(x, y, sample_weight) arrays as a dataset of `batch_size` batches for each of `replicas` replicas,
     reshuffled each epoch if asked.
@@ -353,9 +358,12 @@ def arrays_to_dataset(
     batch is one gather from the arrays (a shuffle buffer of every sample, then batching one sample at a
     time, made mirrored training 8% slower than Keras' own feed; kscale bench, RESULTS.md). The full
     batches have a static size, as Keras' have: a batch dimension of None made tracing the first step of
-    MobileNetV2 on two mirrored replicas 2 s slower."""
+    MobileNetV2 on two mirrored replicas 2 s slower.
+
+    With `orders` (an epochs × length array of positions in the arrays: WorkerPart.orders), the dataset is
+    every epoch's batches in turn, epoch e's in the order of row e: one finite stream for all of fit."""
     present = tuple(a for a in arrays if a is not None)
-    count = num_samples(*present)
+    count = num_samples(*present) if orders is None else int(np.shape(orders)[1])
     step = batch_size * replicas
     full, partial = divmod(count, step)
     last = slices(partial, replicas) if partial >= replicas else []
@@ -371,11 +379,15 @@ def arrays_to_dataset(
             start += size
         return batches
 
-    order = tf.data.Dataset.from_tensors(tf.range(count, dtype=tf.int64))
-    if shuffle:
-        order = order.map(tf.random.shuffle)
+    if orders is not None:
+        order = tf.data.Dataset.from_tensor_slices(np.asarray(orders, np.int64))
+    else:
+        order = tf.data.Dataset.from_tensors(tf.range(count, dtype=tf.int64))
+        if shuffle:
+            order = order.map(tf.random.shuffle)
+    passes = 1 if orders is None else int(np.shape(orders)[0])
     indices = order.flat_map(batches_of).apply(
-        tf.data.experimental.assert_cardinality(full * replicas + len(last))
+        tf.data.experimental.assert_cardinality(passes * (full * replicas + len(last)))
     )
     whole = tf.data.Dataset.from_tensors(_as_one_structure(arrays)).repeat()
 
@@ -412,11 +424,16 @@ def _lists_as_tuples(structure: Any) -> Any:
 
 
 def weighted_batches_part(part: WorkerPart, request: FeedRequest) -> WorkerPart:
-    """Training arrays whose last step the global batch does not fill, for a worker whose Keras takes its
-    batches as they come (Horovod): this worker's batches as a dataset, each with its gradient weight."""
+    """Training arrays whose last step the global batch does not fill, or shuffled in one process's orders
+    (WorkerPart.orders), for a worker whose Keras takes its batches as they come (Horovod): this worker's
+    batches as a dataset, each with its gradient weight where the last step is shared; with orders, every
+    epoch's batches in turn ("epoch_batches": Keras reads it as one stream, `length` steps an epoch)."""
     arrays = (part.x, part.y, part.sample_weight)
-    dataset = arrays_to_dataset(arrays, request.per_worker, request.shuffle, 1, part.last_step)
-    return WorkerPart("dataset", dataset, length=dataset_batches(dataset), notes=part.notes)
+    dataset = arrays_to_dataset(arrays, request.per_worker, request.shuffle, 1, part.last_step, part.orders)
+    if part.orders is None:
+        return WorkerPart("dataset", dataset, length=dataset_batches(dataset), notes=part.notes)
+    per_epoch = dataset_batches(dataset) // int(np.shape(part.orders)[0])
+    return WorkerPart("epoch_batches", dataset, length=per_epoch, notes=part.notes)
 
 
 def epochs_in_one_process_order(
@@ -645,7 +662,12 @@ def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:
     if part.kind == "arrays":
         arrays = (part.x, part.y, part.sample_weight)
         return arrays_to_dataset(
-            arrays, request.per_replica, request.shuffle, request.replicas_per_worker, part.last_step
+            arrays,
+            request.per_replica,
+            request.shuffle,
+            request.replicas_per_worker,
+            part.last_step,
+            part.orders,
         )
     if part.kind == "sequence":
         return sequence_to_dataset(part.x)

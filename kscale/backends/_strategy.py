@@ -140,6 +140,16 @@ class StrategyBackend(Backend):
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.
         return [self.strategy.experimental_local_results(v)[0].numpy() for v in variables]
 
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        """Summed over the workers' first replicas as float64, every worker but the chief giving zeros:
+        exact for integers below 2**53."""
+        array = np.asarray(array)
+        if self.num_workers == 1:
+            return array
+        mine = array.astype(np.float64) if self.is_chief else np.zeros(array.shape, np.float64)
+        total = sum_over_replicas(self.strategy, [mine], every=self.replicas_per_worker)[0]
+        return total.astype(array.dtype)
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Each worker's `values` in its own row of zeros, summed over the workers' first replicas (exact:
         every other number added is 0)."""
@@ -166,6 +176,8 @@ class StrategyBackend(Backend):
         dataset = tf_data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = tf_data.dataset_batches(dataset)
+        if part.orders is not None:  # every epoch's batches in turn, in one process's orders
+            batches //= len(part.orders)
         available = tf_data.steps_for(batches, per_worker)
         if available is not None and available < 1:
             raise DataError(
@@ -210,6 +222,8 @@ class StrategyBackend(Backend):
         reshuffles draws an order for each); an endless one (repeat()) as one iterator, going on from
         epoch to epoch. Other data (arrays, Sequences) orders itself: one epoch's batches, repeated."""
         per_epoch = steps * self.replicas_per_worker
+        if request.orders is not None and steps == available:  # all of fit's epochs already, in order
+            return dataset, None
         user_dataset = isinstance(x, tf.data.Dataset) and not request.evaluation
         if user_dataset and batches is not None and batches < 0:
             return dataset, None

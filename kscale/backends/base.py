@@ -306,6 +306,11 @@ class Backend(abc.ABC):
         """This worker's copy of each variable's value, read without any collective."""
         return [np.asarray(v) for v in variables]
 
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        """The chief's `array` (integers or floats, any shape) on every worker; what the others pass is
+        ignored but gives the shape and dtype."""
+        return np.asarray(array)
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Every worker's `values` (float32, the same length everywhere), one row per worker, on every worker."""
         return np.asarray(values, np.float32)[None]

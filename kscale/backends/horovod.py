@@ -213,6 +213,10 @@ class HorovodBackend(Backend):
         ]
         return tf.nest.pack_sequence_as(local, gathered)
 
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        hvd_tf = _optional.horovod_tensorflow()
+        return hvd_tf.broadcast(tf.constant(np.asarray(array)), root_rank=0, name="kscale.broadcast").numpy()
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         hvd_tf = _optional.horovod_tensorflow()
         rows = hvd_tf.allgather(tf.constant(np.asarray(values, np.float32)[None]), name="kscale.gather")

@@ -154,6 +154,14 @@ class JaxBackend(Backend):
             object.__setattr__(optimizer, "_kscale_weighed", True)
         return optimizer
 
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        if self.num_workers == 1:
+            return np.asarray(array)
+        from jax.experimental import multihost_utils
+
+        array = np.asarray(array)  # JAX without x64 carries int64 as int32: back to the dtype given
+        return np.asarray(multihost_utils.broadcast_one_to_all(array)).astype(array.dtype)
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         from jax.experimental import multihost_utils
 

@@ -178,6 +178,13 @@ class TorchBackend(Backend):
         dist.all_gather(rows, local)
         return np.stack([row.cpu().numpy() for row in rows])
 
+    def broadcast(self, array: np.ndarray) -> np.ndarray:
+        if self.num_workers == 1:
+            return np.asarray(array)
+        tensor = torch.as_tensor(np.ascontiguousarray(array)).to(_device())
+        dist.broadcast(tensor, src=0)
+        return tensor.cpu().numpy()
+
     def gather(self, values: np.ndarray) -> np.ndarray:
         if self.num_workers == 1:
             return np.asarray(values, np.float32)[None]

@@ -146,10 +146,16 @@ class Keras2Family:
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
         rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
 
+    def epoch_orders(self, model: Any, count: int, batch_size: int, epochs: int, shuffle: Any) -> Any:
+        """The order of `count` array samples in each epoch of one process's fit of `model` (an epochs ×
+        count array), drawn as Keras draws it, and what to call when fit ends (or None)
+        (_keras_private.array_orders)."""
+        return _keras_private.array_orders(tf.keras, count, batch_size, epochs, shuffle)
+
     # -- data and callbacks ---------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         part = tf_data.worker_part(x, y, sample_weight, request)
-        if part.kind == "arrays" and part.last_step is not None:  # a last step shared unevenly
+        if part.kind == "arrays" and (part.last_step is not None or part.orders is not None):
             return tf_data.weighted_batches_part(part, request)
         return part
 

@@ -15,9 +15,9 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
     """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
     if sharding.is_array_data(x):
         part = sharding.array_part(x, y, sample_weight, request)
-        if part.last_step is None:
+        if part.last_step is None and part.orders is None:
             return part
-        # A last step shared unevenly: this worker's batches, each with its gradient weight
+        # A last step shared unevenly, or each epoch in one process's order: this worker's batches
         batches = WeightedArrayBatches(part, request)
         return sharding.WorkerPart("array_batches", batches, length=len(batches), notes=part.notes)
     if isinstance(x, keras.utils.PyDataset):

@@ -181,6 +181,14 @@ class Keras3Family:
     def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
         rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
 
+    def epoch_orders(self, model: Any, count: int, batch_size: int, epochs: int, shuffle: Any) -> Any:
+        """The order of `count` array samples in each epoch of one process's fit of `model` (an epochs ×
+        count array), drawn as Keras draws it, and what to call when fit ends (or None)
+        (_keras_private.array_orders)."""
+        return _keras_private.array_orders(
+            keras, count, batch_size, epochs, shuffle, _keras_private.fits_after_a_peek(model)
+        )
+
     # -- data and callbacks -------------------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         return data.worker_part(x, y, sample_weight, request)

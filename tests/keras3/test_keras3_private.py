@@ -282,3 +282,60 @@ def test_keras_3_tensorflow_optimizers_sum_the_replicas_gradients_after_clipping
     assert _keras_private.KERAS3_GRADIENT_ALL_REDUCE in source
     apply_source = inspect.getsource(keras.optimizers.Optimizer._backend_apply_gradients)
     assert apply_source.index("_clip_gradients") < apply_source.index("_backend_update_step")
+
+
+@pytest.mark.parametrize("built", [False, True], ids=["first-fit", "built"])
+def test_array_orders_are_the_orders_fit_trains_on_in_one_process(built):
+    """Keras 3 draws each epoch's order of arrays (on JAX from NumPy's generator, on torch from torch's, on
+    TensorFlow from its dataset's seeds); before the first fit it peeks at a batch to build the model."""
+    seen = []
+
+    def model_recording_targets():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+        step = model.train_step
+
+        def train_step(*args):
+            y = args[-1][1]
+            seen.extend(np.asarray(keras.ops.convert_to_numpy(y)).ravel().tolist())
+            return step(*args)
+
+        model.train_step = train_step
+        return model
+
+    x, y = np.arange(10, dtype="float32")[:, None], np.arange(10, dtype="float32")
+    keras.utils.set_random_seed(3)
+    model = model_recording_targets()
+    if built:
+        model.evaluate(x, y, verbose=0)  # builds what fit would peek at a batch for
+    peeked = _keras_private.fits_after_a_peek(model)
+    assert peeked is not built
+    state = _random_state()
+    model.fit(x, y, batch_size=4, epochs=3, verbose=0)
+    after_fit = _random_state()
+    _random_state(state)
+    orders, after = _keras_private.array_orders(keras, 10, 4, 3, True, peeked=peeked)
+    assert orders.tolist() == np.reshape(seen, (3, 10)).astype(int).tolist()
+    if after is not None:
+        after()
+    assert np.array_equal(
+        _comparable(_random_state()), _comparable(after_fit)
+    )  # the stream goes on as after fit
+
+
+def _random_state(state=None):
+    """The global state Keras' array adapter draws from on this backend (set to `state` if given)."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        return torch.get_rng_state() if state is None else torch.set_rng_state(state)
+    if backend == "jax":
+        return np.random.get_state() if state is None else np.random.set_state(state)
+    return None  # TensorFlow: the orders come from seeds, no state to follow
+
+
+def _comparable(state) -> np.ndarray:
+    if state is None:
+        return np.zeros(1)
+    return np.asarray(state[1] if isinstance(state, tuple) else state.numpy())

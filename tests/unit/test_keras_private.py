@@ -253,15 +253,45 @@ def test_every_tf_keras_loss_reduces_through_the_function_kscale_wraps(monkeypat
     assert float(loss(y, tf.zeros_like(y))) == 15.0  # wrapped once: the first wrapper stays
 
 
-def test_tf_keras_refuses_a_stateful_rnn_under_a_strategy_where_kscale_turns_it_into_its_own_error():
+def test_tf_keras_refuses_a_stateful_rnn_under_a_strategy_where_kscale_turns_it_into_its_own_error(
+    monkeypatch,
+):
     import pytest
 
     from kscale.errors import BackendError
 
+    rnn = tf.keras.layers.RNN
+    monkeypatch.setattr(rnn, "__init__", getattr(rnn.__init__, "__wrapped__", rnn.__init__))  # Keras' own
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    with strategy.scope(), pytest.raises(ValueError, match="^Stateful RNNs"):
+    with strategy.scope(), pytest.raises(ValueError, match=r"^Stateful RNNs"):
         tf.keras.layers.LSTM(2, stateful=True)
     _keras_private.on_stateful_rnn_refused(tf.keras, lambda name: BackendError(f"refused {name}"))
     with strategy.scope(), pytest.raises(BackendError, match="refused lstm_a"):
         tf.keras.layers.LSTM(2, stateful=True, name="lstm_a")
     assert tf.keras.layers.LSTM(2, stateful=True).stateful  # outside a strategy: as Keras makes it
+
+
+def test_array_orders_are_the_orders_fit_trains_on_in_one_process():
+    import numpy as np
+
+    seen = []
+
+    class Recording(tf.keras.Model):
+        def train_step(self, data):
+            _, y = data
+            return {"r": tf.py_function(lambda t: seen.extend(t.numpy().tolist()) or 0, [y], tf.int64)}
+
+    def train(epochs: int) -> None:
+        inputs = tf.keras.Input((1,))
+        model = Recording(inputs, tf.keras.layers.Dense(1)(inputs))
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(
+            np.arange(10, dtype="float32")[:, None], np.arange(10), batch_size=4, epochs=epochs, verbose=0
+        )
+
+    tf.random.set_seed(3)
+    train(3)
+    tf.random.set_seed(3)
+    orders, after = _keras_private.array_orders(tf.keras, 10, 4, 3, True)
+    assert after is None and orders.tolist() == np.reshape(seen, (3, 10)).tolist()
+    assert len({tuple(order) for order in orders.tolist()}) == 3  # tf.keras draws a new order each epoch
