@@ -36,12 +36,14 @@ from kscale.errors import (
 if TYPE_CHECKING:
     from kscale.callbacks import chief_only
     from kscale.distributed_model import distribute
+    from kscale.metric_states import combine_states
     from kscale.plan import Plan
     from kscale.seeding import set_seed
 
 # TensorFlow-heavy names load on first use, so `kscale --help` and `kscale env` start fast.
 _LAZY = {
     "distribute": "kscale.distributed_model",
+    "combine_states": "kscale.metric_states",
     "chief_only": "kscale.callbacks",
     "Plan": "kscale.plan",
     "set_seed": "kscale.seeding",
@@ -134,6 +136,7 @@ __all__ = [
     "RanksDivergedError",
     "__version__",
     "chief_only",
+    "combine_states",
     "distribute",
     "is_chief",
     "local_rank",

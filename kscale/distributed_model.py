@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kscale import _keras_private, agreement, backends, frameworks, log, loss_reduction
+from kscale import _keras_private, agreement, backends, frameworks, log, loss_reduction, metric_states
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
@@ -361,6 +361,7 @@ def _fit_in_this_world(
         a["validation_data"] = parts[0] if len(parts) == 1 else parts
         a["validation_steps"] = val.steps
         _set_batch_size(a, "validation_batch_size", val.batch_size)
+    metrics = _metric_objects(self)
     _set_plan(
         self,
         state.plan.with_fit(
@@ -369,7 +370,7 @@ def _fit_in_this_world(
             epochs_after=a.get("epochs", 1),
             steps_per_epoch_before=user_steps,
             steps_per_epoch_after=feed.epoch_steps,
-            notes=(*backend.notes(), *backend.model_notes(self), *feed.notes),
+            notes=(*backend.notes(), *backend.model_notes(self), *feed.notes, *_metric_notes(state, metrics)),
         ),
     )
     _print_plan_once(self)
@@ -381,9 +382,44 @@ def _fit_in_this_world(
     done = [
         backend.keras_module().callbacks.LambdaCallback(on_train_end=lambda logs: [end() for end in endings])
     ]
-    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or [])), *callbacks, *done]
+    declared = bool(metric_states.declared_reductions(metrics))
+    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or []), declared), *callbacks, *done]
     with backend.keras_steps():
         return _keras(self, "fit")(**a)
+
+
+def _metric_objects(model: Any) -> list:
+    """The metric objects the model computes: compile's (its own before the first step builds them), the
+    model's, and those it holds as attributes (a train_step's own trackers)."""
+    keras_metric = _state(model).backend.keras_module().metrics.Metric
+    compiled = _keras_private.compile_arguments(model)
+    given = flatten([compiled.get("metrics"), compiled.get("weighted_metrics")])
+    held = list(vars(model).values())
+    found = [m for m in [*given, *model.metrics, *held] if isinstance(m, keras_metric)]
+    return list({id(m): m for m in found}.values())
+
+
+_WARNED_METRIC_CLASSES: set[str] = set()
+
+
+def _metric_notes(state: _State, metrics: list) -> list[str]:
+    """What the plan says of metrics of the user's own classes that declare nothing: kscale sums their
+    states over replicas (right for totals and counts). Warned once per class."""
+    backend = state.backend
+    if backend.loss_replicas < 2:  # one replica, or every step's metrics are the global batch's (JAX)
+        return []
+    undeclared = metric_states.user_metrics_declaring_nothing(metrics)
+    if not undeclared:
+        return []
+    note = (
+        f"metric(s) {', '.join(undeclared)}: their states are summed over the replicas (right for totals and "
+        "counts); declare others with kscale.combine_states (a maximum: combine_states(state='max'))"
+    )
+    new = [name for name in undeclared if name not in _WARNED_METRIC_CLASSES]
+    if new and backend.is_chief:
+        _WARNED_METRIC_CLASSES.update(new)
+        log.warning(note)
+    return [note]
 
 
 def _epoch_orders(

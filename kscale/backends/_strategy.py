@@ -18,9 +18,10 @@ import tensorflow as tf
 from kscale import _keras_private, sharding, tf_data
 from kscale.backends import _replica_mean
 from kscale.backends.base import Backend
+from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError
-from kscale.metric_states import log_value
+from kscale.metric_states import declared_reductions, log_value, reduce_rows, results_from_states
 
 
 class StrategyBackend(Backend):
@@ -135,6 +136,61 @@ class StrategyBackend(Backend):
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         copy = self.family.clone_optimizer(optimizer, options)
         return _replica_mean.averaging(self.family.rates.with_scaled_class(copy))
+
+    def own_callbacks(self, declared_states: bool = False) -> list:
+        """A strategy sums each metric state over its replicas when it is read: the epoch's logs are exact,
+        but for a state declared to combine otherwise (kscale.combine_states), whose results are computed
+        again at the epoch's last step (`reduce_results`)."""
+        if not declared_states or self.num_replicas == 1:
+            return []
+        return [
+            averaging_class(self.keras_module().callbacks.Callback)(
+                lambda values: values, self.reduce_results
+            )
+        ]
+
+    def reduce_results(self, model: Any, logs: dict) -> dict:
+        return self._results(model, self.read_results(model, logs), keep_states=False)
+
+    def reduce_evaluation(self, model: Any, logs: dict) -> dict:
+        return self._results(model, self.read_results(model, logs), keep_states=True)
+
+    def read_results(self, model: Any, logs: dict) -> dict:
+        """The numbers as every worker agrees on them: the mean of the workers' (the same where metric
+        states are summed over replicas when read, as a strategy reads them)."""
+        return super().reduce_results(model, logs)
+
+    def _results(self, model: Any, logs: dict, keep_states: bool) -> dict:
+        """The logs, with the results of metrics whose states are declared to combine otherwise than the
+        strategy does when it reads them (a maximum) computed from every replica's states."""
+        declared = declared_reductions(model.metrics)
+        if self.num_replicas == 1 or not any(
+            how not in ("sum", "mean", "first") for how in declared.values()
+        ):
+            return logs
+        return results_from_states(
+            model, logs, self._replicas_states, lambda values: values, keep_states=keep_states
+        )
+
+    def _replicas_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
+        """Each state as the strategy reads it (its aggregation over the replicas), or, declared otherwise,
+        every replica's own values combined as declared (float64 rows summed over the workers: exact)."""
+        out = []
+        for variable, how in zip(variables, reductions):
+            if how in ("sum", "mean", "first"):
+                out.append(np.asarray(variable.numpy()))
+                continue
+            backing = variable if isinstance(variable, tf.Variable) else variable.value
+            mine = np.stack(
+                [np.asarray(v.numpy(), np.float64) for v in self.strategy.experimental_local_results(backing)]
+            )
+            rows = np.zeros((self.num_workers, *mine.shape), np.float64)
+            rows[self.worker_index] = mine
+            if self.num_workers > 1:
+                rows = sum_over_replicas(self.strategy, [rows], every=self.replicas_per_worker)[0]
+            every = rows.reshape(-1, *mine.shape[1:])
+            out.append(reduce_rows(every, how).astype(np.asarray(variable.numpy()).dtype))
+        return out
 
     def local_values(self, variables: list) -> list[np.ndarray]:
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.
@@ -310,7 +366,7 @@ class MultiWorker(StrategyBackend):
     def detect(cls, env: Environment) -> bool:
         return env.launcher in (Launcher.TF_CONFIG, Launcher.SLURM) and env.world_size > 1
 
-    def reduce_results(self, model: Any, logs: dict) -> dict:
+    def read_results(self, model: Any, logs: dict) -> dict:
         """The metrics' results read from their states (summed over every replica of every worker when read
         outside a replica), not the step's returned numbers: Keras 2 sums those over workers as well
         ("auto" reduction is "sum" under MultiWorkerMirroredStrategy), which makes *_on_batch report N times

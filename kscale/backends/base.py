@@ -219,18 +219,20 @@ class Backend(abc.ABC):
         return per_replica * self.replicas_per_worker
 
     # -- callbacks and results ---------------------------------------------------------------------------
-    def own_callbacks(self) -> list:
-        """Callbacks this backend itself needs during fit (broadcasting weights, averaging metrics)."""
+    def own_callbacks(self, declared_states: bool = False) -> list:
+        """Callbacks this backend itself needs during fit (broadcasting weights, averaging metrics).
+        `declared_states`: the model has a metric whose states combine otherwise than as a sum
+        (kscale.combine_states)."""
         return []
 
     def user_callbacks(self, callbacks: list) -> list:
         """The user's callbacks as this worker runs them: the same objects, or ones that forward to them."""
         return self.family.user_callbacks(self, callbacks)
 
-    def callbacks(self, user_callbacks: list) -> list:
+    def callbacks(self, user_callbacks: list, declared_states: bool = False) -> list:
         """What this worker's fit runs: the backend's own first (weights are broadcast and metrics averaged
         before anything else reads them), then the user's."""
-        return self.own_callbacks() + self.user_callbacks(user_callbacks)
+        return self.own_callbacks(declared_states) + self.user_callbacks(user_callbacks)
 
     def reduce_results(self, model: Any, logs: dict) -> dict:
         """evaluate's (or *_on_batch's) numbers as one process given every worker's data would report them.

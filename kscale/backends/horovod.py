@@ -16,7 +16,7 @@ from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
 from kscale.keras2 import rebuild
 from kscale.keras2.family import Keras2Family
-from kscale.metric_states import results_from_states
+from kscale.metric_states import reduce_rows, results_from_states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +151,7 @@ class HorovodBackend(Backend):
             )
         return history
 
-    def own_callbacks(self) -> list:
+    def own_callbacks(self, declared_states: bool = False) -> list:
         # kscale's own metric averaging: Horovod's MetricAverageCallback imports `keras` directly, which
         # is Keras 3 (not the tf.keras being trained) on TensorFlow >= 2.16.
         return [BroadcastInitialState(), AverageMetrics(self.average, self.reduce_results)]
@@ -176,17 +176,22 @@ class HorovodBackend(Backend):
     def reduce_evaluation(self, model: tf.keras.Model, logs: dict) -> dict:
         return results_from_states(model, logs, self._reduced_states, self.average, keep_states=True)
 
-    def _reduced_states(self, variables: list[tf.Variable]) -> list[tf.Tensor]:
+    def _reduced_states(self, variables: list[tf.Variable], reductions: list[str]) -> list[Any]:
+        """Each state over the workers as its reduction says (kscale.metric_states.reduction_of): one
+        allreduce each (sum, mean), the chief's (first), or every worker's values gathered (max, min)."""
         hvd_tf = _optional.horovod_tensorflow()
         reduced = []
-        for i, variable in enumerate(variables):
-            name = f"kscale.metric_state.{i}"
-            aggregation = getattr(variable, "aggregation", tf.VariableAggregation.SUM)
-            if aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA:
-                reduced.append(hvd_tf.broadcast(variable.read_value(), root_rank=0, name=name))
+        for i, (variable, how) in enumerate(zip(variables, reductions)):
+            name, value = f"kscale.metric_state.{i}", variable.read_value()
+            if how == "first":
+                reduced.append(hvd_tf.broadcast(value, root_rank=0, name=name))
+            elif how in ("sum", "mean"):
+                reduced.append(
+                    hvd_tf.allreduce(value, op=hvd_tf.Sum if how == "sum" else hvd_tf.Average, name=name)
+                )
             else:
-                op = hvd_tf.Average if aggregation == tf.VariableAggregation.MEAN else hvd_tf.Sum
-                reduced.append(hvd_tf.allreduce(variable.read_value(), op=op, name=name))
+                rows = hvd_tf.allgather(tf.expand_dims(value, 0), name=name).numpy()
+                reduced.append(reduce_rows(rows, how))
         return reduced
 
     def predict(

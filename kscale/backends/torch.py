@@ -135,7 +135,7 @@ class TorchBackend(Backend):
         return [None if g is None else means[id(g)] for g in gradients]
 
     # -- callbacks and results ---------------------------------------------------------------------------
-    def own_callbacks(self) -> list:
+    def own_callbacks(self, declared_states: bool = False) -> list:
         if self.num_workers == 1:
             return []
         return [averaging_class(keras.callbacks.Callback)(self.average, self.reduce_results)]
@@ -156,9 +156,9 @@ class TorchBackend(Backend):
             model, logs, self.reduced_metric_states, self.average, keras.ops.convert_to_numpy, keep_states
         )
 
-    def reduced_metric_states(self, variables: list) -> list[np.ndarray]:
+    def reduced_metric_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
         rows = self._gather_arrays([np.asarray(v.numpy()) for v in variables])
-        return reduce_by_aggregation(variables, rows)
+        return reduce_by_aggregation(variables, rows, reductions)
 
     def _gather_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Every process's `arrays` (the same shapes everywhere), each as one row per process."""

@@ -97,8 +97,42 @@ def test_a_metric_result_that_is_its_own_state_is_read_before_the_state_is_put_b
     exact = results_from_states(
         model,
         logs,
-        lambda variables: [2 * v.numpy() for v in variables],
+        lambda variables, reductions: [2 * v.numpy() for v in variables],
         lambda values: [v + 1 for v in values],
     )
     assert exact["true_positives"] == 6.0 and exact["at"].tolist() == [2.0, 4.0] and exact["other"] == 6.0
     assert counts.value.tolist() == [3.0] and thresholds.value.tolist() == [1.0, 2.0]  # put back
+
+
+def test_a_metric_class_declares_how_its_states_combine_and_every_other_user_class_is_named():
+    import types
+
+    import pytest
+
+    from kscale import combine_states
+    from kscale.errors import OptionError
+    from kscale.metric_states import declared_reductions, reduce_by_aggregation, user_metrics_declaring_nothing
+
+    @combine_states(peak="max", low="min")
+    class Peaks:
+        def __init__(self, name):
+            self.name = name
+            self.peak, self.low, self.count = (types.SimpleNamespace(aggregation="sum") for _ in range(3))
+            self.variables = [self.peak, self.low, self.count]
+
+    class Plain(Peaks):  # inherits the declaration
+        pass
+
+    class Undeclared:
+        name, variables = "undeclared", [types.SimpleNamespace()]
+
+    peaks = Peaks("peaks")
+    container = types.SimpleNamespace(name="compile_metrics", metrics=[peaks, Undeclared()], variables=[])
+    declared = declared_reductions([container])
+    assert declared == {id(peaks.peak): "max", id(peaks.low): "min"}
+    rows = [np.array([[1.0], [3.0]]) for _ in peaks.variables]
+    peak, low, count = reduce_by_aggregation(peaks.variables, rows, ["max", "min", "sum"])
+    assert (peak.tolist(), low.tolist(), count.tolist()) == ([3.0], [1.0], [4.0])
+    assert user_metrics_declaring_nothing([container, Plain("plain")]) == ["undeclared (Undeclared)"]
+    with pytest.raises(OptionError, match="'median' is not a way to combine states"):
+        combine_states(peak="median")
