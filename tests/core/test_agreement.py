@@ -111,7 +111,11 @@ def test_a_metric_class_declares_how_its_states_combine_and_every_other_user_cla
 
     from kscale import combine_states
     from kscale.errors import OptionError
-    from kscale.metric_states import declared_reductions, reduce_by_aggregation, user_metrics_declaring_nothing
+    from kscale.metric_states import (
+        declared_reductions,
+        reduce_by_aggregation,
+        user_metrics_declaring_nothing,
+    )
 
     @combine_states(peak="max", low="min")
     class Peaks:
