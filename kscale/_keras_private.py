@@ -578,10 +578,36 @@ def array_orders(
     return np.stack([np.concatenate([first_leaf(batch) for batch in epoch]) for epoch in passes]), None
 
 
+def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> Any:
+    """The order of the `count` batches of a keras.utils.Sequence / PyDataset in each of `epochs` epochs of
+    `fit(dataset, shuffle=True)` in one process: Keras shuffles the batch indices with Python's `random`
+    when each epoch's generator starts (Keras 2's `KerasSequenceAdapter`, Keras 3's
+    `PyDatasetAdapter._finite_generator`), and Keras 3 also when it peeks at a batch before the first epoch
+    (`fits_after_a_peek`). Keras documents the shuffle, not the draw; tests/unit/test_keras_private.py and
+    tests/keras3/test_keras3_private.py compare these with the orders fit trains on."""
+    import random
+
+    import numpy as np
+
+    def drawn() -> list[int]:
+        order = list(range(count))
+        random.shuffle(order)
+        return order
+
+    if peeked and hasattr(keras, "ops"):
+        drawn()
+    return np.asarray([drawn() for _ in range(epochs)], np.int64).reshape(epochs, count)
+
+
 def fits_after_a_peek(model: Any) -> bool:
-    """Whether Keras 3's fit will read a batch to build the model before its first epoch
+    """Whether Keras 3's fit, in one process, reads a batch to build the model before its first epoch
     (`Trainer._symbolic_build`'s own test: a layer, the compiled metrics or the compiled loss unbuilt, as
-    after compile until the first fit or evaluate)."""
+    after compile until the first fit or evaluate). Not on TensorFlow, which builds there only under a
+    strategy (`_maybe_symbolic_build`)."""
+    import keras
+
+    if keras.config.backend() == "tensorflow":
+        return False
     metrics, loss = getattr(model, "_compile_metrics", None), getattr(model, "_compile_loss", None)
     return (
         not all(layer.built for layer in model._flatten_layers())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import numbers
 import types
 from collections.abc import Callable, Sequence
@@ -434,9 +435,17 @@ def _epoch_orders(
     random state back as one process's fit leaves it (_keras_private.array_orders)."""
     backend = state.backend
     x = arrays[0]
-    if not shuffle or request.steps is not None or backend.num_replicas < 2 or not is_array_data(x):
+    if not shuffle or request.steps is not None or backend.num_replicas < 2:
         return None, None
     if request.shard.count * request.replicas_per_worker < 2:  # every worker takes all of it
+        return None, None
+    if isinstance(x, backend.keras_module().utils.Sequence):  # a PyDataset: the order of its batches
+        count = math.ceil(len(x) / backend.num_replicas)  # one process's, at the global batch
+        drawn = backend.family.batch_orders(model, count, request.epochs) if backend.is_chief else None
+        return backend.broadcast(
+            np.zeros((request.epochs, count), np.int64) if drawn is None else drawn
+        ), None
+    if not is_array_data(x):
         return None, None
     count = num_samples(*[a for a in arrays if a is not None])
     if backend.is_chief:

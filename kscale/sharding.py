@@ -157,7 +157,8 @@ class FeedRequest:
     #: the epochs Keras' fit will run over the training data (one pass of a dataset each)
     epochs: int = 1
     #: shuffled training arrays: the order of the samples in each of `epochs` epochs, as one process's
-    #: fit draws it (an epochs × samples array, the same on every worker), or None
+    #: fit draws it (an epochs × samples array, the same on every worker), or None; for a dataset of
+    #: batches (Sequence, PyDataset): the order of one process's batches, its steps, in each epoch
     orders: Any = None
 
     @property
@@ -495,15 +496,20 @@ class BatchShard:
     sample; otherwise the trailing batches stay unused. A mixin: each Keras family binds it to its own
     dataset base class.
 
-    With `shuffle` (fit's, which Keras applies to the order of a dataset's batches by drawing from each
-    process's own `random`: the workers' steps would pair other batches), the steps are taken in an order
-    that depends only on the epoch, the same on every worker, and Keras is told not to shuffle."""
+    With `orders` (fit's shuffle, which Keras applies to the order of a dataset's batches by drawing from
+    each process's own `random`: the workers' steps would pair other batches), pass p over the steps takes
+    them in row p's order, the one process's fit draws for that epoch (the chief's draw, given to every
+    worker), and Keras is told not to shuffle; with `shuffle` and no orders (evaluation never shuffles,
+    so: none drawn), in an order that depends only on the pass. A pass begins where step 0 is read after
+    the previous pass read its last (Keras 3 reads the next epoch ahead of `on_epoch_end`)."""
 
     #: What the user passed, as the messages name it: in "the {noun} has 1 batch(es)", and its type.
     noun = "dataset"
     type_name = "a dataset"
 
-    def __init__(self, batches: Any, shard: Shard, items_per_worker: int = 1, shuffle: bool = False):
+    def __init__(
+        self, batches: Any, shard: Shard, items_per_worker: int = 1, shuffle: bool = False, orders: Any = None
+    ):
         super().__init__()
         if len(batches) < shard.count:
             raise DataError(
@@ -518,14 +524,19 @@ class BatchShard:
         self.shares_last_step = shard.even and self.parts > 1 and self._last_step_samples() >= self.parts
         self._joined: Any = None
         self.shuffle = shuffle
-        self.epoch = 0
+        self.orders = None if orders is None else np.asarray(orders)
+        self.passes = 0  # passes over the steps begun before the current one
+        self._read_last = False
         self._steps = self._step_order()
 
     def _step_order(self) -> np.ndarray:
         steps, partial = divmod(len(self), self.items_per_worker)  # a partial step is never taken
         order = np.arange(steps + bool(partial))
-        if self.shuffle:  # the same on every worker
-            order[:steps] = np.random.default_rng([0, self.epoch]).permutation(steps)
+        if self.orders is not None:  # one process's order of its batches; of them, the steps there are
+            drawn = self.orders[min(self.passes, len(self.orders) - 1)]
+            order[:steps] = drawn[drawn < steps]
+        elif self.shuffle:  # the same on every worker
+            order[:steps] = np.random.default_rng([0, self.passes]).permutation(steps)
         return order
 
     def _last_step_samples(self) -> int:
@@ -542,6 +553,11 @@ class BatchShard:
     def __getitem__(self, index: int) -> Any:
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} out of range for a shard of {len(self)} batches")
+        if index == 0 and self._read_last:  # a new pass
+            self.passes += 1
+            self._read_last = False
+            self._steps = self._step_order()
+        self._read_last = self._read_last or index == len(self) - 1
         step, item = divmod(index, self.items_per_worker)
         index = int(self._steps[step]) * self.items_per_worker + item
         position = index * self.shard.count + self.shard.index
@@ -554,9 +570,7 @@ class BatchShard:
         return map_structure(lambda a: None if a is None else a[start : start + each], self._joined)
 
     def on_epoch_end(self) -> None:
-        self._joined = None
-        self.epoch += 1
-        self._steps = self._step_order()
+        self._joined = None  # the user's dataset may change its batches now
         self.batches.on_epoch_end()
 
 
@@ -716,7 +730,8 @@ def batches_part(
     parts = shard.count * items_per_worker
     if parts == 1:
         return WorkerPart("sequence", x, length=len(x), longest=len(x), shortest=len(x))
-    batches = shard_class(x, shard, items_per_worker, request.shuffle and not request.evaluation)
+    shuffle = bool(request.shuffle) and not request.evaluation
+    batches = shard_class(x, shard, items_per_worker, shuffle, None if request.evaluation else request.orders)
     notes = []
     if batches.shares_last_step:  # the batches' sizes are not known without reading them all
         notes.append(last_step_note(request.what, batches.tail, parts))

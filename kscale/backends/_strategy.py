@@ -232,7 +232,7 @@ class StrategyBackend(Backend):
         dataset = tf_data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = tf_data.dataset_batches(dataset)
-        if part.orders is not None:  # every epoch's batches in turn, in one process's orders
+        if part.kind == "arrays" and part.orders is not None:  # every epoch's batches, in their orders
             batches //= len(part.orders)
         available = tf_data.steps_for(batches, per_worker)
         if available is not None and available < 1:
@@ -278,7 +278,8 @@ class StrategyBackend(Backend):
         reshuffles draws an order for each); an endless one (repeat()) as one iterator, going on from
         epoch to epoch. Other data (arrays, Sequences) orders itself: one epoch's batches, repeated."""
         per_epoch = steps * self.replicas_per_worker
-        if request.orders is not None and steps == available:  # all of fit's epochs already, in order
+        ordered_arrays = request.orders is not None and sharding.is_array_data(x)
+        if ordered_arrays and steps == available:  # all of fit's epochs already, in one process's orders
             return dataset, None
         user_dataset = isinstance(x, tf.data.Dataset) and not request.evaluation
         if user_dataset and batches is not None and batches < 0:

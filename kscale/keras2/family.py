@@ -152,6 +152,11 @@ class Keras2Family:
         (_keras_private.array_orders)."""
         return _keras_private.array_orders(tf.keras, count, batch_size, epochs, shuffle)
 
+    def batch_orders(self, model: Any, count: int, epochs: int) -> Any:
+        """The order of the `count` batches of a Sequence / PyDataset in each epoch of one process's fit of
+        `model` with shuffle=True (an epochs × count array), drawn as Keras draws it."""
+        return _keras_private.batch_orders(tf.keras, count, epochs, False)
+
     # -- data and callbacks ---------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         part = tf_data.worker_part(x, y, sample_weight, request)

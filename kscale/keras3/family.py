@@ -189,6 +189,11 @@ class Keras3Family:
             keras, count, batch_size, epochs, shuffle, _keras_private.fits_after_a_peek(model)
         )
 
+    def batch_orders(self, model: Any, count: int, epochs: int) -> Any:
+        """The order of the `count` batches of a Sequence / PyDataset in each epoch of one process's fit of
+        `model` with shuffle=True (an epochs × count array), drawn as Keras draws it."""
+        return _keras_private.batch_orders(keras, count, epochs, _keras_private.fits_after_a_peek(model))
+
     # -- data and callbacks -------------------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         return data.worker_part(x, y, sample_weight, request)

@@ -4,6 +4,7 @@ run.py reference OUT               one process, plain Keras, the global batch an
 run.py distributed OUT [DEVICES]   kscale: under `kscale run -np 2`, or one process split into DEVICES
                                    devices (logical CPUs for TensorFlow, host devices for JAX)
 run.py ... --only NAME[,NAME]      only these programs
+run.py ... --from DIR              the programs in DIR (generated ones: tests/conformance/generated)
 
 Each program leaves OUT/NAME.RANK.pkl: its records, final weights, and the error it raised (if any).
 One launch runs them all because starting the workers is most of a small program's cost.
@@ -12,7 +13,6 @@ One launch runs them all because starting the workers is most of a small program
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import pickle
 import sys
@@ -27,6 +27,7 @@ parser.add_argument("mode", choices=["reference", "distributed"])
 parser.add_argument("out")
 parser.add_argument("devices", nargs="?", type=int, default=1)
 parser.add_argument("--only", default="")
+parser.add_argument("--from", dest="source", default="", help="a folder of programs to run instead")
 args = parser.parse_args()
 if args.devices > 1:  # JAX reads this when it starts
     os.environ["XLA_FLAGS"] = (
@@ -53,11 +54,13 @@ if args.devices > 1:
         options = {"backend": "mirrored", "devices": [f"CPU:{i}" for i in range(args.devices)]}
 
 import kscale  # noqa: E402
-from tests.conformance import harness  # noqa: E402
+from tests.conformance import compare, harness  # noqa: E402
 
-wanted = [name for name in args.only.split(",") if name] or PROGRAMS
+source = Path(args.source) if args.source else None
+available = compare.programs_in(source) if source else PROGRAMS
+wanted = [name for name in args.only.split(",") if name] or available
 for name in wanted:
-    program = importlib.import_module(f"tests.conformance.programs.{name}")
+    program = compare.program_module(name, source)
     if harness.FAMILY not in program.FAMILIES:
         continue
     directory = Path(args.out) / name

@@ -295,3 +295,32 @@ def test_array_orders_are_the_orders_fit_trains_on_in_one_process():
     orders, after = _keras_private.array_orders(tf.keras, 10, 4, 3, True)
     assert after is None and orders.tolist() == np.reshape(seen, (3, 10)).tolist()
     assert len({tuple(order) for order in orders.tolist()}) == 3  # tf.keras draws a new order each epoch
+
+
+def test_batch_orders_are_the_orders_fit_takes_a_sequences_batches_in():
+    """tf.keras shuffles a Sequence's batches with Python's `random` each epoch."""
+    import random
+
+    import numpy as np
+
+    seen = []
+
+    class Batches(tf.keras.utils.Sequence):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, index):
+            return np.full((4, 1), index, "float32"), np.full((4, 1), index, "float32")
+
+    class Recording(tf.keras.Model):
+        def train_step(self, data):
+            _, y = data
+            return {"r": tf.py_function(lambda t: seen.append(int(t.numpy()[0, 0])) or 0, [y], tf.int64)}
+
+    inputs = tf.keras.Input((1,))
+    model = Recording(inputs, tf.keras.layers.Dense(1)(inputs))
+    model.compile(optimizer="sgd", loss="mse")
+    random.seed(5)
+    model.fit(Batches(), epochs=3, verbose=0)
+    random.seed(5)
+    assert _keras_private.batch_orders(tf.keras, 10, 3).tolist() == np.reshape(seen, (3, 10)).tolist()
