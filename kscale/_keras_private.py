@@ -599,6 +599,51 @@ def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> A
     return np.asarray([drawn() for _ in range(epochs)], np.int64).reshape(epochs, count)
 
 
+def lay_out_whole_steps(is_whole: Any, whole_layout: Any) -> None:
+    """Keras 3 on JAX lays every batch of an epoch out as its first one (`JAXEpochIterator.
+    _get_distributed_iterator`: the data layouts computed once, each process's batch one shard of the
+    global batch). A batch `is_whole(batch)` says is the whole last step of arrays, the same on every
+    process (kscale.step_weights.WholeStep), is laid out with `whole_layout(shape)` instead (replicated on
+    every device: jax.make_array_from_process_local_data takes each process's copy as the whole). Every
+    other batch is laid out as Keras lays it out; the method is replaced once, for every epoch iterator.
+    Keras has no public hook there; tests/keras3/test_keras3_private.py checks the method still reads
+    its layouts from the distribution and distributes through `_distribute_data`."""
+    import inspect
+
+    from keras import tree
+    from keras.src.backend.jax import trainer
+
+    iterator = trainer.JAXEpochIterator
+    if getattr(iterator._get_distributed_iterator, "_kscale_whole_steps", False):
+        return
+    source = inspect.getsource(iterator._get_distributed_iterator)
+    if "get_data_layout" not in source or "_distribute_data" not in source:
+        from kscale.errors import BackendError
+
+        raise BackendError(
+            "Keras' JAX trainer no longer lays batches out where kscale expects (JAXEpochIterator."
+            "_get_distributed_iterator, checked on Keras 3.15): a last step of arrays the global batch "
+            "does not fill cannot be laid out whole. Install the Keras kscale was tested with (pip install "
+            "'keras==3.15.*'), or give fit a number of samples the global batch divides."
+        )
+
+    def layouts_of(data: Any, layout: Any) -> Any:
+        return tree.map_structure(lambda d: None if d is None else layout(d.shape), data)
+
+    def _get_distributed_iterator(self: Any, distribution: Any) -> Any:
+        layouts = None
+        for data in self.data_adapter.get_jax_iterator():
+            if is_whole(data):
+                yield trainer._distribute_data(data, layouts_of(data, whole_layout))
+                continue
+            if layouts is None:
+                layouts = layouts_of(data, lambda shape: distribution.get_data_layout(shape).backend_layout)
+            yield trainer._distribute_data(data, layouts)
+
+    _get_distributed_iterator._kscale_whole_steps = True
+    iterator._get_distributed_iterator = _get_distributed_iterator
+
+
 def fits_after_a_peek(model: Any) -> bool:
     """Whether Keras 3's fit, in one process, reads a batch to build the model before its first epoch
     (`Trainer._symbolic_build`'s own test: a layer, the compiled metrics or the compiled loss unbuilt, as

@@ -64,6 +64,8 @@ class _State:
     scales_model_optimizer: bool = True
     #: optimizers held as attributes besides model.optimizer: name -> (the user's, kscale's)
     own_optimizers: dict = dataclasses.field(default_factory=dict)
+    #: fit's validation data is evaluated whole on every process (Backend.evaluates_whole)
+    validation_whole: bool = False
 
 
 def distribute(model: Any, **options: Any) -> Any:
@@ -352,8 +354,15 @@ def _fit_in_this_world(
         vx, vy, vsw = _unpack_validation(a["validation_data"])
         given = a.get("validation_batch_size")
         val_batch = _per_replica_batch(state, given) if given else per_replica
+        state.validation_whole = backend.evaluates_whole(vx)
         val_request = _request(
-            state, val_batch, False, a.get("validation_steps"), "validation data", evaluation=True
+            state,
+            val_batch,
+            False,
+            a.get("validation_steps"),
+            "validation data",
+            True,
+            state.validation_whole,
         )
         _check_same_data(backend, val_request, vx, vy, vsw)
         val = backend.feed(vx, vy, vsw, val_request)
@@ -497,13 +506,14 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' evaluate on this worker's part of the data, averaged over workers: the same on every rank."""
     state = _state(self)
     if _keras_private.is_fit_validation(kwargs):  # Keras' own fit validating: its data is already fed
-        return state.backend.evaluate(self, _keras(self, "evaluate"), kwargs)
+        return state.backend.evaluate(self, _keras(self, "evaluate"), kwargs, state.validation_whole)
 
     backend = state.backend
     a = _arguments(self, "evaluate", args, kwargs)
     backend.build_on_first_batch(self, a.get("x"))
     per_replica = _per_replica_batch(state, a.get("batch_size"))
-    request = _request(state, per_replica, False, a.get("steps"), "evaluation data", evaluation=True)
+    whole = backend.evaluates_whole(a.get("x"))
+    request = _request(state, per_replica, False, a.get("steps"), "evaluation data", True, whole)
     _check_same_data(backend, request, a.get("x"), a.get("y"), a.get("sample_weight"))
     feed = backend.feed(a.get("x"), a.get("y"), a.get("sample_weight"), request)
     _check_same_feed(backend, request, feed)
@@ -511,7 +521,7 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
     _set_batch_size(a, "batch_size", feed.batch_size)
     _quiet_unless_chief(a, backend)
     a["callbacks"] = backend.user_callbacks(list(a.get("callbacks") or []))
-    return _averaged(self, "evaluate", a)
+    return _averaged(self, "evaluate", a, whole)
 
 
 def _predict(self, *args: Any, **kwargs: Any) -> Any:
@@ -592,14 +602,15 @@ _METHODS: dict[str, Callable[..., Any]] = {
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-def _averaged(model: Any, name: str, arguments: dict) -> Any:
-    """Keras' `name` (evaluate, *_on_batch), its numbers combined over workers, in the form asked for."""
+def _averaged(model: Any, name: str, arguments: dict, whole: bool = False) -> Any:
+    """Keras' `name` (evaluate, *_on_batch), its numbers combined over workers, in the form asked for;
+    `whole`: evaluate's data is all of it on every process (Backend.evaluates_whole)."""
     return_dict = arguments.get("return_dict", False)
     state = _state(model)
     state.backend.build_on_first_batch(model, arguments.get("x"))
     arguments = {**arguments, "return_dict": True}
     if name == "evaluate":
-        logs = combined = state.backend.evaluate(model, _keras(model, name), arguments)
+        logs = combined = state.backend.evaluate(model, _keras(model, name), arguments, whole)
     else:
         with state.backend.keras_steps():
             logs = _keras(model, name)(**arguments)
@@ -665,8 +676,10 @@ def _request(
     user_steps: int | None,
     what: str,
     evaluation: bool = False,
+    whole: bool = False,
 ) -> FeedRequest:
-    """What one worker is asked to feed: its shard, and steps counted for one replica divided among them.
+    """What one worker is asked to feed: its shard, and steps counted for one replica divided among them;
+    `whole`: all of the evaluation data on every process, in global batches (Backend.evaluates_whole).
 
     Evaluation without a step count, where the backend allows it, takes every sample: the workers' parts
     may differ by one, and the metric states are combined at the end. Evaluation shards the data also when
@@ -683,7 +696,7 @@ def _request(
         shard = Shard(backend.worker_index, backend.num_workers, even=not uneven)
     else:
         shard = Shard()
-    if evaluation and backend.evaluates_whole():  # all of it on every process, in global batches
+    if evaluation and whole:  # all of it on every process, in global batches
         shard, steps, per_replica = Shard(), user_steps, per_replica * backend.num_replicas
     return FeedRequest(
         per_replica,

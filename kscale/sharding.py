@@ -187,6 +187,9 @@ class WorkerPart:
     #: positions this worker trains on in epoch e, in order (an epochs × length array); None: the arrays
     #: are this worker's part, in order
     orders: Any = None
+    #: arrays whose last step every process takes whole (equal_batches: Keras 3 on JAX): row e holds the
+    #: positions of the last step's samples in epoch e, the same on every worker; None: no such step
+    last_positions: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,15 +298,43 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
     (worker r holding those ≡ r mod N), and a last step the global batch B does not fill is cut in a slice
     per replica, as even as they go, with its `LastStep` (each replica's gradient weighted by its share).
     Only where that step holds fewer samples than replicas (one would get none) are they left out, and
-    the plan says so. Evaluation's parts (`Shard.even` False) differ by one sample at most."""
+    the plan says so. Evaluation's parts (`Shard.even` False) differ by one sample at most.
+
+    Where every process's batches must have the same rows (`FeedRequest.equal_batches`: Keras 3 on JAX),
+    the last step is taken whole by every process instead (`WorkerPart.last_positions`: each device
+    computes the same gradient of its m samples, one process's step), and nothing is left out."""
     shard = request.shard
     total = num_samples(*[a for a in (x, y, sample_weight) if a is not None])
     require_samples(total, shard, request.per_replica, request.what)
     notes: list[str] = []
     usable, last = total, None
     replicas = shard.count * request.replicas_per_worker
+    global_batch = request.per_replica * replicas
+    if shard.even and replicas > 1 and request.equal_batches and total % global_batch:
+        remainder = total % global_batch
+        last = LastStep(remainder, replicas)
+        usable = total - remainder
+        notes.append(
+            f"every sample once per epoch: the last step's {remainder} samples taken whole by every process, "
+            "each device computing their gradient (one process's step; no padding)"
+        )
+        orders = np.arange(total)[None] if request.orders is None else np.asarray(request.orders)
+        longest = shortest = length = usable // shard.count
+        return WorkerPart(
+            "arrays",
+            x,
+            y,
+            sample_weight,
+            length,
+            longest,
+            shortest,
+            notes,
+            last,
+            orders=orders[:, :usable][:, shard.index :: shard.count],
+            last_positions=orders[:, usable:],
+        )
     if shard.even and replicas > 1:
-        remainder = total % (request.per_replica * replicas)
+        remainder = total % global_batch
         if 0 < remainder < replicas:
             usable -= remainder
             notes.append(
@@ -316,13 +347,6 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
                 f"every sample once per epoch: the last step's {remainder} samples cut in {replicas} "
                 "slices, each replica's gradient weighted by its slice's share"
             )
-            padding = -remainder % replicas
-            if request.equal_batches and padding:
-                notes.append(
-                    f"the last step padded with {padding} zero-weighted sample(s) (every device takes as many): "
-                    "the weights are one process's, but History's loss and the metrics without sample "
-                    "weights count them in that step"
-                )
     part = dataclasses.replace(shard, even=False)
     longest, shortest = longest_and_shortest(usable, part)
     length = part_length(usable, part)
@@ -623,20 +647,18 @@ class ArrayBatches:
     """This worker's part of training arrays as its batches, for a Keras that takes each as this worker's
     batch (Keras 3 on torch and on JAX), where Keras' own slicing of the part would not do: the last step
     is shared unevenly (`WorkerPart.last_step`), or every epoch takes one process's order
-    (`WorkerPart.orders`). Full steps of `per_worker` rows, then this worker's share of the last step, each
-    with its gradient weight where there is one (kscale.step_weights.Weighted: one row per sample, for
-    Keras to cut with the batch). Pass p over the batches reads row p of the orders; without them the part
-    is read in order, or, shuffled (steps given: no orders are drawn), in an order of kscale's own that
-    depends only on the pass (no draw from the user's random state). A pass begins when batch 0 is read
-    after the previous pass read its last: Keras 3 makes the next epoch's iterator, and on JAX starts
-    reading it ahead, before it calls `on_epoch_end`; reading batch 0 again in a pass (Keras peeking at a
-    batch to build the model) begins none.
+    (`WorkerPart.orders`). Full steps of `per_worker` rows, then this worker's share of the last step with
+    its gradient weight (kscale.step_weights.Weighted: one row per sample, for Keras to cut with the
+    batch), or, where every process's batches must have the same rows (`WorkerPart.last_positions`: Keras
+    3 on JAX makes one array of them, cut evenly over its devices), the last step whole, the same on every
+    worker (kscale.step_weights.WholeStep: laid out on every device, each computing one process's step).
 
-    Where every process's batches must have the same rows (`FeedRequest.equal_batches`: Keras 3 on JAX
-    makes one array of them, cut evenly over its devices), the last step is padded with zero-weighted
-    rows to `replicas_per_worker · ceil(m / R)` on every worker, and the gradient is the padded batch's
-    mean times `padded / m`, the same on every replica. History's loss and the metrics that take no
-    sample weights then count those rows (fewer than R): the plan says so.
+    Pass p over the batches reads row p of the orders; without them the part is read in order, or,
+    shuffled (steps given: no orders are drawn), in an order of kscale's own that depends only on the pass
+    (no draw from the user's random state). A pass begins when batch 0 is read after the previous pass
+    read its last: Keras 3 makes the next epoch's iterator, and on JAX starts reading it ahead, before it
+    calls `on_epoch_end`; reading batch 0 again in a pass (Keras peeking at a batch to build the model)
+    begins none.
 
     A mixin: each Keras family binds it to its own dataset base class (keras3.data: PyDataset)."""
 
@@ -647,21 +669,15 @@ class ArrayBatches:
         self.per_worker = request.per_worker
         self.shuffle = request.shuffle
         self.orders = None if part.orders is None else np.asarray(part.orders)
+        self.last_positions = None if part.last_positions is None else np.asarray(part.last_positions)
         self.passes = 0  # passes over the batches begun before the current one
         self._read_last = False
         self.full_steps, self.last_rows = divmod(part.length, self.per_worker)
-        self.rows_in_last, self.last_weight = self.last_rows, 1.0
-        if last is not None and request.equal_batches:
-            each = math.ceil(last.samples / last.replicas)
-            self.rows_in_last = request.replicas_per_worker * each
-            self.last_weight = last.replicas * each / last.samples
-        elif last is not None:
-            self.last_weight = last.weight(self.last_rows)
-        self.weigh = last is not None
-        # Zero-weighted padding needs sample weights, and every step and worker's batches have one
-        # structure (a process without padding of its own gets them too: Keras compiles one step for all).
-        padded = last is not None and request.equal_batches and last.samples % last.replicas != 0
-        self.weighted = part.sample_weight is not None or padded
+        self.last_weight = (
+            1.0 if last is None or self.last_positions is not None else last.weight(self.last_rows)
+        )
+        self.weigh = last is not None and self.last_positions is None
+        self.weighted = part.sample_weight is not None
         self._order = self._epoch_order()
 
     def _epoch_order(self) -> np.ndarray:
@@ -673,10 +689,13 @@ class ArrayBatches:
         return np.arange(rows)
 
     def __len__(self) -> int:
-        return self.full_steps + (1 if self.weigh or self.last_rows else 0)
+        return self.full_steps + (1 if self.last_step() else 0)
+
+    def last_step(self) -> bool:
+        return self.weigh or self.last_positions is not None or bool(self.last_rows)
 
     def __getitem__(self, index: int) -> Any:
-        from kscale.step_weights import Weighted
+        from kscale.step_weights import Weighted, WholeStep
 
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} out of range for {len(self)} batches")
@@ -686,33 +705,23 @@ class ArrayBatches:
             self._order = self._epoch_order()
         self._read_last = self._read_last or index == len(self) - 1
         start = index * self.per_worker
-        if index < self.full_steps:
-            rows, positions = self.per_worker, self._order[start : start + self.per_worker]
-        else:  # this worker's share of the last step, padded to `rows_in_last` where it must be
-            rows, positions = self.rows_in_last, self._order[start : start + self.last_rows]
+        whole = index >= self.full_steps and self.last_positions is not None
+        if whole:  # the whole last step, on every worker
+            positions = self.last_positions[min(self.passes, len(self.last_positions) - 1)]
+        elif index < self.full_steps:
+            positions = self._order[start : start + self.per_worker]
+        else:  # this worker's share of the last step
+            positions = self._order[start : start + self.last_rows]
         x, y, weights = self.arrays
-        batch = tuple(_padded_rows(a, positions, rows) for a in (x, y) if a is not None)
+        batch = tuple(map_structure(lambda a: np.asarray(a)[positions], a) for a in (x, y) if a is not None)
         if self.weighted:
-            real = np.ones(len(positions), np.float32) if weights is None else np.asarray(weights)[positions]
-            weight = np.zeros(rows, np.float32)
-            weight[: len(positions)] = real
-            batch = (*batch, weight)
+            batch = (*batch, np.asarray(weights)[positions])
+        if whole:
+            return WholeStep(batch, np.ones(len(positions), np.float32))
         if not self.weigh:
             return batch
         factor = 1.0 if index < self.full_steps else self.last_weight
-        return Weighted(batch, np.full(rows, factor, np.float32))
-
-
-def _padded_rows(structure: Any, positions: np.ndarray, rows: int) -> Any:
-    """The rows at `positions` of every array in `structure`, followed by zero rows up to `rows`."""
-
-    def take(array: Any) -> np.ndarray:
-        array = np.asarray(array)
-        out = np.zeros((rows, *array.shape[1:]), array.dtype)
-        out[: len(positions)] = array[positions]
-        return out
-
-    return map_structure(take, structure)
+        return Weighted(batch, np.full(len(positions), factor, np.float32))
 
 
 def batches_part(

@@ -31,12 +31,21 @@ class Weighted(NamedTuple):
     weight: Any
 
 
+class WholeStep(NamedTuple):
+    """The whole last step of arrays, the same on every process, as kscale's feed yields it where every
+    process's batches must have the same rows (Keras 3 on JAX): laid out on every device
+    (kscale.backends.jax), each computing one process's step; its weight (ones) is not used."""
+
+    batch: Any
+    weight: Any
+
+
 _local = threading.local()  # per thread: a tf.distribute strategy traces each replica in its own
 
 
 def batch_of(data: Any) -> Any:
     """The batch of `data`, without its weight where it has one."""
-    return data.batch if isinstance(data, Weighted) else data
+    return data.batch if isinstance(data, Weighted | WholeStep) else data
 
 
 def take_off(data: Any) -> Any:
@@ -45,7 +54,7 @@ def take_off(data: Any) -> Any:
         _local.weight = data.weight
         return data.batch
     _local.weight = None
-    return data
+    return data.batch if isinstance(data, WholeStep) else data
 
 
 def current() -> Any:
@@ -108,7 +117,7 @@ def watch(model: Any, replicas: int, stateless: bool = False) -> None:
 
         def test_step(state: Any, data: Any) -> Any:
             with replica_step(replicas):
-                return test(state, data)
+                return test(state, batch_of(data))
 
     else:
 
@@ -121,7 +130,7 @@ def watch(model: Any, replicas: int, stateless: bool = False) -> None:
 
         def test_step(data: Any) -> Any:
             with replica_step(replicas):
-                return test(data)
+                return test(batch_of(data))
 
     object.__setattr__(model, "train_step", train_step)
     object.__setattr__(model, "test_step", test_step)

@@ -117,7 +117,9 @@ class StrategyBackend(Backend):
     def model_notes(self, model: Any) -> list[str]:
         return self.family.strategy_model_notes(model)
 
-    def evaluate(self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict) -> dict:
+    def evaluate(
+        self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, whole: bool = False
+    ) -> dict:
         """On the model itself, in the strategy, every replica fed at least one sample at every step
         (`_uneven_feed`), the metrics' states summed when read (Keras 3's trainer corrected, as for fit:
         each output's own loss weighed by its batch's size)."""

@@ -253,11 +253,13 @@ class Backend(abc.ABC):
             for (name, array), start, end in zip(arrays.items(), bounds[:-1], bounds[1:])
         }
 
-    def evaluate(self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict) -> dict:
+    def evaluate(
+        self, model: Any, keras_evaluate: Callable[..., dict], arguments: dict, whole: bool = False
+    ) -> dict:
         """Keras' evaluate (`arguments` ask for a dict) on the user's own model and metrics: on this worker's
-        part, its numbers combined over workers (`reduce_results`), or, where this backend
-        `evaluates_whole`, on all the data on every process."""
-        if self.evaluates_whole():
+        part, its numbers combined over workers (`reduce_results`), or, `whole` (where this backend
+        `evaluates_whole` the data), on all the data on every process."""
+        if whole:
             with self.whole_data_on_every_process():  # fed whole (_request): one process's numbers
                 return keras_evaluate(**arguments)
         return self.reduce_evaluation(model, keras_evaluate(**arguments))
@@ -267,7 +269,7 @@ class Backend(abc.ABC):
         where the backend combines them itself (the user's metric objects then read one process's result)."""
         return self.reduce_results(model, logs)
 
-    def evaluates_whole(self) -> bool:
+    def evaluates_whole(self, x: Any) -> bool:
         """Whether every process evaluates all the data on the model itself (the work done N times, the
         numbers one process's): where Keras' own distributed evaluate takes only equal batches from every
         process, so that parts of other sizes would lose samples, and zero-weighted padding would count in

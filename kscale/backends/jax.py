@@ -19,7 +19,7 @@ import jax
 import keras
 import numpy as np
 
-from kscale import step_weights
+from kscale import _keras_private, sharding, step_weights
 from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
@@ -40,8 +40,9 @@ class JaxBackend(Backend):
     # Under a multi-process keras.distribution every new Keras variable is a collective (JAX checks that
     # its value is the same everywhere), and Keras' save creates one: every process saves.
     saves_are_collective = True
-    # Evaluation across processes: every process evaluates all the data (evaluates_whole).
-    uneven_evaluation = True
+    # Evaluation across processes: arrays in global steps, like training (a last step the global batch
+    # does not fill taken whole by every process); other data whole on every process (evaluates_whole).
+    uneven_evaluation = False
     # Keras assembles one array of every process's batch, cut evenly over the devices.
     equal_batches = True
     # Every step's loss is the global batch's, computed by Keras itself.
@@ -89,6 +90,11 @@ class JaxBackend(Backend):
             between = WholeDataOnEveryProcess(devices=devices, auto_shard_dataset=False)
         self._between = between
         keras.distribution.set_distribution(between)
+        # The whole last step of arrays (kscale.step_weights.WholeStep), on every device
+        _keras_private.lay_out_whole_steps(
+            lambda data: isinstance(data, step_weights.WholeStep),
+            lambda shape: WholeDataOnEveryProcess.whole_layout(self._distribution.device_mesh, len(shape)),
+        )
 
     @property
     def num_workers(self) -> int:
@@ -180,11 +186,19 @@ class JaxBackend(Backend):
 
             multihost_utils.sync_global_devices("kscale.barrier")
 
-    def evaluates_whole(self) -> bool:
-        # Every step of Keras' evaluate across processes is a collective over equal batches: parts that no
-        # batch divides would lose samples, and zero-weighted padding would count in the metrics that
-        # take no sample weights. So every process evaluates all the data, on the model itself.
-        return self.num_workers > 1
+    def evaluate(self, model: Any, keras_evaluate: Any, arguments: dict, whole: bool = False) -> dict:
+        """Arrays in global steps under the distribution, as fit trains (each step's metrics the global
+        batch's: one process's numbers); other data whole on every process."""
+        if whole or self.num_workers == 1:
+            return super().evaluate(model, keras_evaluate, arguments, whole)
+        with self.keras_steps():
+            return keras_evaluate(**arguments)
+
+    def evaluates_whole(self, x: Any) -> bool:
+        # Every step of Keras' evaluate across processes is a collective over equal batches: data other
+        # than arrays, whose parts no batch divides, would lose samples. Every process evaluates all of
+        # it, on the model itself. Arrays are cut in global steps, the last one whole (sharding.array_part).
+        return self.num_workers > 1 and not sharding.is_array_data(x)
 
     def whole_data_on_every_process(self) -> contextlib.AbstractContextManager:
         return self._between.scope()
@@ -199,6 +213,11 @@ class WholeDataOnEveryProcess(keras.distribution.DataParallel):
 
     def get_data_layout(self, data_shape: tuple) -> Any:
         return keras.distribution.TensorLayout([None] * len(data_shape), self.device_mesh)
+
+    @staticmethod
+    def whole_layout(device_mesh: Any, rank: int) -> Any:
+        """Data of `rank` dimensions whole on every device (each process giving all of it)."""
+        return keras.distribution.TensorLayout([None] * rank, device_mesh).backend_layout
 
 
 def _on_every_device(variable: Any, devices: int) -> bool:

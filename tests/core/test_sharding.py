@@ -24,6 +24,7 @@ from kscale.sharding import (
     other_part,
     unknown_length,
 )
+from kscale.step_weights import Weighted, WholeStep
 
 
 def request(
@@ -223,38 +224,52 @@ def _array_batches(
     return ArrayBatches(part, feed)
 
 
-@pytest.mark.parametrize("workers, replicas_per_worker, equal", [(2, 1, False), (3, 1, False), (2, 2, True)])
-def test_array_batches_take_every_sample_once_with_the_last_steps_weights(
-    workers, replicas_per_worker, equal
-):
+@pytest.mark.parametrize("workers, replicas_per_worker", [(2, 1), (3, 1)])
+def test_array_batches_take_every_sample_once_with_the_last_steps_weights(workers, replicas_per_worker):
     replicas = workers * replicas_per_worker
     global_batch = 8 * replicas
     last = 101 % global_batch
     seen, factors = [], []
     for index in range(workers):
-        batches = _array_batches(workers, index, replicas_per_worker=replicas_per_worker, equal=equal)
+        batches = _array_batches(workers, index, replicas_per_worker=replicas_per_worker)
         assert len(batches) == -(-101 // global_batch)  # the same on every worker
         for i in range(len(batches)):
-            (_x, y, w), factor = batches[i]
-            real = w > 0
-            seen += y[real].tolist()
-            assert (w[real] == 2.0).all() and len(factor) == len(y)  # the user's weights; one per row
-            factors.append((int(real.sum()), float(factor[0]), len(y)))
+            item = batches[i]
+            (_x, y, w), factor = item if isinstance(item, Weighted) else (item, np.ones(1))
+            seen += y.tolist()
+            assert (w == 2.0).all()  # the user's weights
+            factors.append((len(y), float(factor[0])))
     assert sorted(seen) == list(range(101))
-    in_last = [(rows, f, padded) for rows, f, padded in factors if f != 1.0 or rows < 8 * replicas_per_worker]
-    if equal:  # one padded size everywhere, the padded batch's mean scaled up to the real samples'
-        each = -(-last // replicas) * replicas_per_worker
-        assert {padded for _, _, padded in in_last} == {each}
-        assert all(f == pytest.approx(replicas * -(-last // replicas) / last) for _, f, _ in in_last)
-    else:  # no padding: each replica's weight is its share, R·m_r/m
-        assert sum(rows for rows, _, _ in in_last) == last
-        assert all(f == pytest.approx(replicas * rows / last) for rows, f, _ in in_last)
+    in_last = [(rows, f) for rows, f in factors if rows < 8 * replicas_per_worker]
+    assert sum(rows for rows, _ in in_last) == last  # no padding: each replica's weight is its share, R·m_r/m
+    assert all(f == pytest.approx(replicas * rows / last) for rows, f in in_last)
 
 
-def test_array_batches_without_weights_need_none_unless_padded():
-    (batch, _factor) = _array_batches(2, 1, weights=False)[0]
-    assert len(batch) == 2  # (x, y): a batch as the user gave it, its weight beside it
-    assert len(_array_batches(2, 1, replicas_per_worker=1, equal=True, weights=False)[0].batch) == 3
+@pytest.mark.parametrize("workers, replicas_per_worker", [(2, 1), (2, 2)])
+def test_equal_batches_take_the_whole_last_step_on_every_worker(workers, replicas_per_worker):
+    """Keras 3 on JAX: one array of every device's batch, so no share of a short last step: the whole of
+    it, the same on every worker (WholeStep), laid out on every device."""
+    global_batch = 8 * workers * replicas_per_worker
+    last = 101 % global_batch
+    seen, wholes = [], []
+    for index in range(workers):
+        batches = _array_batches(workers, index, replicas_per_worker=replicas_per_worker, equal=True)
+        assert len(batches) == -(-101 // global_batch)
+        for i in range(len(batches)):
+            item = batches[i]
+            if isinstance(item, WholeStep):
+                wholes.append(item.batch[1].tolist())
+            else:
+                seen += item[1].tolist()
+                assert len(item[1]) == 8 * replicas_per_worker
+    assert len(wholes) == workers and all(rows == wholes[0] for rows in wholes)  # the same everywhere
+    assert len(wholes[0]) == last and sorted(seen + wholes[0]) == list(range(101))
+
+
+def test_array_batches_without_weights_need_none():
+    batch = _array_batches(2, 1, weights=False)[0]
+    assert len(batch) == 2  # (x, y): a full step's batch as the user gave it
+    assert len(_array_batches(2, 1, replicas_per_worker=1, equal=True, weights=False)[0]) == 2
 
 
 def test_unknown_length_advice_names_both_ways_that_keep_training():

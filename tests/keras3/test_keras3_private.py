@@ -369,3 +369,19 @@ def test_batch_orders_are_the_orders_fit_takes_a_pydatasets_batches_in():
     model.fit(Batches(), epochs=3, verbose=0)
     random.seed(5)
     assert _keras_private.batch_orders(keras, 10, 3, peeked).tolist() == np.reshape(seen, (3, 10)).tolist()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras 3's JAX trainer only")
+def test_keras_3_on_jax_lays_an_epochs_batches_out_where_kscale_lays_out_a_whole_last_step():
+    """Keras lays every batch of an epoch out as its first (JAXEpochIterator._get_distributed_iterator,
+    through `_distribute_data`): kscale's replacement lays a whole last step out on every device, and
+    every other batch as Keras does (the conformance programs with a short last step check the rest)."""
+    import inspect
+
+    from keras.src.backend.jax import trainer
+
+    source = inspect.getsource(trainer.JAXEpochIterator._get_distributed_iterator)
+    assert callable(trainer._distribute_data)
+    _keras_private.lay_out_whole_steps(lambda data: False, lambda shape: None)
+    assert getattr(trainer.JAXEpochIterator._get_distributed_iterator, "_kscale_whole_steps", False)
+    assert "get_data_layout" in source or "is_whole" in source

@@ -129,6 +129,7 @@ def _allowed(v: dict, family: str) -> bool:
         not (v["layers"] == "stateful_lstm" and v["model"] not in ("sequential", "functional")),
         not (v["layers"] == "normalization" and v["model"] in ("subclassed", "train_step", "nested")),
         not (v["task"] == "regression" and v["data"] == "class_weight"),
+        not (v["data"] == "class_weight" and v["metrics"] == "weighted"),  # Keras: not both weights
         not (v["loss"] == "object_sum" and v["data"] in ("validation_split", "validation_data")),
         not (v["loss"] == "object_sum" and v["metrics"] == "weighted"),
         # multi_io: two inputs, two outputs, fed as arrays
