@@ -264,6 +264,16 @@ def on_loss_reduction(keras: Any, scaled_sum: Any, check: Any) -> None:
 
         reduce_values._kscale_reduction = True
         module.reduce_values = reduce_values
+        weighted = module.reduce_weighted_values
+
+        @functools.wraps(weighted)
+        def reduce_weighted_values(values: Any, sample_weight: Any = None, *args: Any, **kwargs: Any) -> Any:
+            reduction = kwargs.get("reduction", args[1] if len(args) > 1 else "sum_over_batch_size")
+            per_sample = tuple(getattr(values, "shape", ())) != ()
+            check(reduction, sample_weight is not None, per_sample)
+            return weighted(values, sample_weight, *args, **kwargs)
+
+        module.reduce_weighted_values = reduce_weighted_values
         return
     module = importlib.import_module(f"{root}.src.utils.losses_utils")
     original = module.reduce_weighted_loss
@@ -292,6 +302,16 @@ def on_loss_reduction(keras: Any, scaled_sum: Any, check: Any) -> None:
 
     reduce_weighted_loss._kscale_reduction = True
     module.reduce_weighted_loss = reduce_weighted_loss
+    weighted = module.compute_weighted_loss
+
+    @functools.wraps(weighted)
+    def compute_weighted_loss(losses: Any, sample_weight: Any = None, *args: Any, **kwargs: Any) -> Any:
+        shape = getattr(losses, "shape", None)
+        per_sample = shape is None or shape.rank is None or shape.rank > 0
+        check(kwargs.get("reduction", args[0] if args else None), sample_weight is not None, per_sample)
+        return weighted(losses, sample_weight, *args, **kwargs)
+
+    module.compute_weighted_loss = compute_weighted_loss
 
 
 def _call_first(namespace: Any, name: str, callback: Any) -> None:

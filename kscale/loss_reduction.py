@@ -11,8 +11,9 @@ process's too. Evaluation's batches are each worker's own, not slices of one pro
 sum of a batch then depends on how the data is cut (the plan says so).
 
 Refused, with a ModelError saying what to use: a compiled loss reduced with `"none"` (a vector, whose
-gradient every backend takes differently), and Keras 3's `"mean_with_sample_weight"` with sample weights
-(its divisor is the global batch's weight, which no replica has).
+gradient every backend takes differently), Keras 3's `"mean_with_sample_weight"` with sample weights
+(its divisor is the global batch's weight, which no replica has), and a loss function that returns one
+number per batch given sample weights (Keras weighs it by the batch's mean weight: a product of means).
 
 Keras 3 on JAX computes every step's loss on the global batch itself: R is 1 there, and nothing changes.
 The hook into Keras' reduction is kscale._keras_private.on_loss_reduction.
@@ -57,10 +58,20 @@ def scaled_sum(loss: Any) -> Any:
     return loss * (float(replicas) / step_weights.like(weight, loss))
 
 
-def check(reduction: Any, has_sample_weight: bool) -> None:
-    """Inside a step of several replicas: refuse the reductions no replica can compute its share of."""
+def check(reduction: Any, has_sample_weight: bool, per_sample: bool = True) -> None:
+    """Inside a step of several replicas: refuse the reductions no replica can compute its share of.
+    `per_sample`: the loss gave one value per sample (False: one number for the batch)."""
     if _replicas() <= 1:
         return
+    if not per_sample and has_sample_weight:
+        raise ModelError(
+            "a loss function returns one number for the batch (it reduces over the batch itself, as "
+            "`tf.reduce_mean(...)` or `ops.mean(...)` of the errors does), and fit was given sample weights "
+            "(or class_weight): Keras then multiplies that batch mean by the batch's mean weight, a product "
+            "of two means that replicas holding other slices of the global batch cannot add up to. Return "
+            "one loss per sample instead (reduce over the last axis only, as Keras' own losses do), and Keras "
+            "weighs and averages them."
+        )
     if reduction == "mean_with_sample_weight" and has_sample_weight:
         raise ModelError(
             "a loss with reduction='mean_with_sample_weight' divides by the sum of the sample weights of the "
