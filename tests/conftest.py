@@ -24,7 +24,14 @@ BIN = Path(sys.executable).parent
 def _no_leaked_environment_variables():
     """Fail any test that leaves os.environ different from how it found it (use monkeypatch instead)."""
     # pytest's own bookkeeping, and what importing TensorFlow sets the first time a test imports it
-    ignored = {"PYTEST_CURRENT_TEST", "TF2_BEHAVIOR", "TPU_ML_PLATFORM"}
+    ignored = {
+        "PYTEST_CURRENT_TEST",
+        "TF2_BEHAVIOR",
+        "TPU_ML_PLATFORM",
+        "TPU_ML_PLATFORM_VERSION",  # TensorFlow 2.21, imported by a test in the JAX and torch lanes
+        "ENABLE_RUNTIME_UPTIME_TELEMETRY",
+        "HDF5_PLUGIN_PATH",
+    }
     before = {k: v for k, v in os.environ.items() if k not in ignored}
     environment.reset()
     yield

@@ -21,10 +21,10 @@ def _positive(value: float) -> bool:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.skipif(
+    keras.config.backend() != "tensorflow", reason="MultiWorkerMirroredStrategy is TensorFlow's: lane C-tf"
+)
 def test_multi_worker_against_tensorflows_custom_loop_in_one_job_profiled_and_on_files(tmp_path):
-    if keras.config.backend() != "tensorflow":  # MultiWorkerMirroredStrategy is TensorFlow's
-        assert "multi_worker" not in runner.backends_here()
-        return
     sizes = runner.Sizes(iters=2, rounds=2, warmup=1, timeout=300)
     in_turn = Setting("mlp", "multi_worker", 2, 16, batches=5, variant=runner.IN_TURN, against="tf")
     measured = runner.run_one(in_turn, sizes, threads=1)

@@ -87,13 +87,9 @@ def test_fit_validates_through_evaluate_with_the_flag_kscale_reads():
     assert seen == [True, False]
 
 
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_the_keras_3_multi_worker_fixes_still_find_the_code_they_correct():
     # keras-team/keras#20585: if a Keras release rewrites these, the fixes in _keras_private must follow.
-    if keras.config.backend() != "tensorflow":  # the trainer corrected is TensorFlow's: not in this lane
-        import importlib.util
-
-        assert importlib.util.find_spec("tensorflow") is None
-        return
     import inspect
 
     from keras.src.backend.tensorflow import trainer
@@ -121,9 +117,8 @@ def test_the_keras_3_multi_worker_fixes_still_find_the_code_they_correct():
     assert "sample_weight=tree.flatten(y_p)[0].shape[0]" in loss_call and "metric.update_state(" in loss_call
 
 
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_the_keras_3_multi_worker_fixes_hold_only_inside_their_block():
-    if keras.config.backend() != "tensorflow":
-        return  # the guard above shows this lane has no TensorFlow
     from keras.src.backend.tensorflow import trainer
     from keras.src.trainers import compile_utils
 
@@ -151,9 +146,8 @@ def test_keras_3_backup_and_restore_still_names_its_files(tmp_path):
     assert files[0].endswith(".weights.h5") and files[1].endswith(".json")
 
 
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeypatch):
-    if keras.config.backend() != "tensorflow":
-        return  # the guard above shows this lane has no TensorFlow
     from keras.src.backend.tensorflow import trainer
 
     from kscale.errors import BackendError
@@ -189,9 +183,8 @@ def test_tf_keras_is_keras_3_when_tensorflow_decided_so_before_the_legacy_variab
         environment.reset()
 
 
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_a_keras_3_model_keeps_the_strategy_it_was_built_in_where_kscale_sets_it():
-    if keras.config.backend() != "tensorflow":
-        return  # the guard above shows this lane has no TensorFlow
     import tensorflow as tf
 
     strategy = tf.distribute.MirroredStrategy(["CPU:0"])
@@ -205,12 +198,8 @@ def test_a_keras_3_model_keeps_the_strategy_it_was_built_in_where_kscale_sets_it
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_a_batched_dataset_says_its_batch_size_and_samples_on_keras_3s_tensorflow():
-    import importlib.util
-
-    if keras.config.backend() != "tensorflow":  # tf.data is TensorFlow's: not in this lane
-        assert importlib.util.find_spec("tensorflow") is None
-        return
     import tensorflow as tf
 
     from tests.unit.test_tensorflow_private import assert_batched_samples_readable
@@ -218,11 +207,10 @@ def test_a_batched_dataset_says_its_batch_size_and_samples_on_keras_3s_tensorflo
     assert_batched_samples_readable(tf)
 
 
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_fit_iterators_are_the_ones_keras_makes_in_one_process():
     """kscale feeds a strategy the orders one process trains on by drawing as many orders of a seeded
     shuffle as Keras' fit does (KERAS3_FIT_ITERATORS): fails when Keras makes more or fewer iterators."""
-    if keras.config.backend() != "tensorflow":  # tf.data datasets are cut for strategies only
-        return
     from tests.dataset_passes import orders_fit_trains_on
 
     iterators = _keras_private.KERAS3_FIT_ITERATORS

@@ -5,7 +5,7 @@ import numpy as np
 
 from tests.conformance.harness import data
 
-FAMILIES = ("keras2", "keras3-tf")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 

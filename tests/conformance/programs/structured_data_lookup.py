@@ -7,7 +7,7 @@ check and any copy of the model must take them as they are."""
 
 import numpy as np
 
-FAMILIES = ("keras2", "keras3-tf")
+FAMILIES = ("keras2", "keras3-tf")  # string inputs: Keras 3 on JAX and torch take none
 EXACT = True
 
 

@@ -6,7 +6,7 @@ it is (not distributed). The vocabulary lives in a table, not a variable."""
 
 import numpy as np
 
-FAMILIES = ("keras2", "keras3-tf")
+FAMILIES = ("keras2", "keras3-tf")  # string inputs: Keras 3 on JAX and torch take none
 EXACT = True
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "movie", "plot", "actor", "scene", "the", "a"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from tests.conformance.programs.structured_data_lookup import columns
 
-FAMILIES = ("keras2", "keras3-tf")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = False  # unseeded: no run draws the same orders
 EXPECT_ERROR_WITH_WORKERS = "DataError"
 

@@ -1,0 +1,68 @@
+"""Generated programs train the same with the one line: a fixed set of seeds of tests/conformance/generated,
+composed for this lane, run as the one-process reference and under every way of running of the lane, each
+rank compared with one process by the conformance suite's rules (compare.check). `make generated` runs
+any number of seeds and reports pass rates per axis value; a failing seed becomes a named program."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conformance import compare, harness
+from tests.conformance.generated.compose import compose
+from tests.conformance.test_conformance import RUNNER, WAYS, lane_ways
+
+pytestmark = pytest.mark.multiprocess
+
+#: The seeds CI runs in every lane (each lane composes its own program of a seed).
+CI_SEEDS = range(12)
+EACH_PROGRAM = 300
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generated") / "programs"
+    folder.mkdir()
+    names = []
+    for seed in CI_SEEDS:
+        program = compose(seed, harness.FAMILY)
+        (folder / f"{program.name}.py").write_text(program.source)
+        names.append(program.name)
+    return folder, names
+
+
+@pytest.fixture(scope="module")
+def reference(programs, launch_with_progress, tmp_path_factory):
+    folder, names = programs
+    out = tmp_path_factory.mktemp("generated") / "reference"
+    done = launch_with_progress(
+        [sys.executable, RUNNER, "reference", out, "--from", folder, "--only", ",".join(names)],
+        mark="conformance: ",
+        each=EACH_PROGRAM,
+    )
+    assert done.returncode == 0, done.stdout[-6000:]
+    return out
+
+
+@pytest.fixture(scope="module", params=lane_ways())
+def run(request, programs, launch_with_progress, tmp_path_factory):
+    folder, names = programs
+    way = request.param
+    command, ranks, after = WAYS[way]
+    out = tmp_path_factory.mktemp("generated") / way
+    done = launch_with_progress(
+        [*command, "distributed", out, *after, "--from", folder, "--only", ",".join(names)],
+        mark="conformance: ",
+        each=EACH_PROGRAM,
+    )
+    assert done.returncode == 0, done.stdout[-6000:]
+    return way, out, ranks
+
+
+@pytest.mark.timeout(2 * EACH_PROGRAM * (len(CI_SEEDS) + 2))
+@pytest.mark.parametrize("seed", CI_SEEDS)
+def test_generated_program_trains_as_in_one_process(seed, programs, reference, run):
+    folder, _ = programs
+    way, out, ranks = run
+    compare.check(f"g{seed:04d}", reference, out, ranks, way, folder)
