@@ -50,7 +50,7 @@ class Timing(tf.keras.callbacks.Callback):
 
 timing = Timing()
 callbacks.append(timing)
-model.fit(dataset, steps_per_epoch=per_iter, epochs=iters, callbacks=callbacks, verbose=0)
+model.fit(dataset, steps_per_epoch=per_iter * {steps_scale}, epochs=iters, callbacks=callbacks, verbose=0)
 if {is_chief}:
     print("IMAGES_PER_SECOND", float(np.median(timing.speeds)), flush=True)
 """
@@ -63,6 +63,7 @@ HOROVOD = {
         "callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]"
     ),
     "is_chief": "hvd.rank() == 0",
+    "steps_scale": "1",
 }
 KSCALE = {
     "setup": "import kscale",
@@ -72,6 +73,8 @@ KSCALE = {
         "callbacks = []"
     ),
     "is_chief": "kscale.is_chief()",
+    # kscale counts steps_per_epoch for one replica and divides it among them: the same steps per worker
+    "steps_scale": "kscale.size()",
 }
 
 
@@ -105,7 +108,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="kscale-synthetic-"))
     scripts = {}
     for name, parts in (("horovod", HOROVOD), ("kscale", KSCALE)):
-        scripts[name] = folder / f"{name}.py"
+        scripts[name] = folder / f"with_{name}.py"  # not horovod.py: it would shadow the package
         scripts[name].write_text(SCRIPT.format(**parts))
     speeds: dict[str, list[float]] = {"horovod": [], "kscale": []}
     for round_ in range(args.rounds):

@@ -1,4 +1,5 @@
-"""Ranks never diverge silently: the workers' weights compared at every epoch end.
+"""Ranks never diverge silently: the workers' weights compared at epoch ends (every one, unless that costs
+more than 1% of the training time: kscale/callbacks/agreement.py).
 
 Every worker fingerprints its weights (a CRC of each array's bytes: any difference, even in the last
 bit, shows) and the backend gathers every worker's fingerprint to every worker, so all of them reach

@@ -24,7 +24,7 @@ class Options:
     data_policy: DataPolicy = DataPolicy.SHARD
     batch_semantics: BatchSemantics = BatchSemantics.PER_REPLICA
     print_plan: bool = True
-    #: Compare the workers' weights at every epoch end and stop with RanksDivergedError if they differ.
+    #: Compare the workers' weights at epoch ends and stop with RanksDivergedError if they differ.
     check_agreement: bool = True
 
     @classmethod
