@@ -31,6 +31,7 @@ from kscale.errors import (
     ModelError,
     OptionError,
     RanksDivergedError,
+    SaveError,
 )
 
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ __all__ = [
     "OptionError",
     "Plan",
     "RanksDivergedError",
+    "SaveError",
     "__version__",
     "chief_only",
     "combine_states",

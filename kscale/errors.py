@@ -127,3 +127,16 @@ class BackendError(KScaleError):
     Horovod; lane B's tf_keras for Horovod); `import kscale` at the top of the script; a shared folder for
     the backup; export `MASTER_ADDR` and `MASTER_PORT` in the job script.
     """
+
+
+class SaveError(KScaleError):
+    """Another worker could not write the model, weights or checkpoint being saved, so this one stops too.
+
+    Every worker learns, in one small gather after each save, whether the save failed where it was made
+    (on the chief, or, where saving is collective, on any worker): the worker that failed raises Keras' or
+    the file system's own error, every other one this, naming the ranks. Else the failed worker alone
+    would stop while the others waited for it, in training's next collective, until a timeout.
+
+    Fix: what the failed rank's own error names (a format this model cannot be saved in, a folder that
+    cannot be written, a full disk), then run again; `BackupAndRestore` resumes from its last backup.
+    """

@@ -19,6 +19,7 @@ import numpy as np
 
 from kscale import checkpoint_io, sharding
 from kscale.environment import Environment
+from kscale.errors import SaveError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,12 +344,31 @@ class Backend(abc.ABC):
 
         `may_be_folder=False`: `write` writes files only (weights). `replace=False`: the user asked not to
         overwrite an existing file, so Keras' own `write` must find it and decide.
+
+        Every worker then learns whether the chief's write failed (one small gather, where a barrier was:
+        no worker goes on, to load what was saved, say, before the file is there), and all stop together:
+        the ones that failed with their own error, the others with a SaveError naming them. Else the chief alone would
+        stop, while the others waited for it in training's next collective.
         """
-        if self.is_chief:
-            checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
-        elif self.saves_are_collective:
-            checkpoint_io.scratch_save(filepath, write)
-        self.barrier()  # no worker goes on (to load what was saved, say) before the file is there
+        failed: BaseException | None = None
+        try:
+            if self.is_chief:
+                checkpoint_io.atomic_save(filepath, write, may_be_folder, replace)
+            elif self.saves_are_collective:
+                checkpoint_io.scratch_save(filepath, write)
+        except Exception as err:  # re-raised below, once every worker knows
+            failed = err
+        if self.num_workers > 1:
+            failures = self.gather(np.asarray([float(failed is not None)], np.float32))
+            failed_ranks = [rank for rank, row in enumerate(failures) if row[0]]
+            if failed is None and failed_ranks:
+                raise SaveError(
+                    f"rank(s) {failed_ranks} could not write {filepath} (their own error says why), so "
+                    "every worker stops here with them. Fix what that error names (a format the model "
+                    "cannot be saved in, a folder it cannot write), and run again."
+                )
+        if failed is not None:
+            raise failed
 
     def barrier(self) -> None:
         """Wait until every worker gets here (nothing to wait for in one process)."""

@@ -74,6 +74,9 @@ def _check(workdir, ranks: int, replicas: int, chief_writes_everything: bool = T
         expected |= {f"keras_save_model.{rank}.keras" for rank in range(ranks)}
         files = {f for f in _files(workdir, kind) if not f.startswith("saved_model.")}
         assert files == expected, kind  # nothing else: no staging or scratch leftovers, no rank-1 copies
+    assert results[0]["failed_save"] == "OSError"  # the chief's own error
+    for rank, result in enumerate(results[1:], start=1):
+        assert result["failed_save"] == "SaveError", f"rank {rank}: {result['failed_save']}"
     chief_saves = results[0]["saves"]["atomic"]
     assert sum(1 for path in chief_saves if path.endswith("by_callback.keras")) == 2 * len(KINDS)
     for rank, result in enumerate(results[1:], start=1):

@@ -29,11 +29,16 @@ saves = {"atomic": [], "scratch": []}
 for route in saves:
     real = getattr(checkpoint_io, f"{route}_save")
 
-    def spy(filepath, *args, _real=real, _calls=saves[route], **kwargs):
+    def spy(filepath, *args, _real=real, _calls=saves[route], _route=route, **kwargs):
         _calls.append(
             os.path.relpath(str(filepath), workdir) if "://" not in str(filepath) else str(filepath)
         )
-        return _real(filepath, *args, **kwargs)
+        done = _real(filepath, *args, **kwargs)
+        # Fails on the chief once written (its last step, the rename, refused): where saving is collective
+        # every worker has taken part in the write by then.
+        if _route == "atomic" and str(filepath).endswith("unwritable.keras"):
+            raise OSError(f"cannot move the written file to {filepath}")
+        return done
 
     setattr(checkpoint_io, f"{route}_save", spy)
 
@@ -126,7 +131,10 @@ for kind in ("sequential", "functional", "subclassed"):
         stopped_epoch=stopping.stopped_epoch,
     )
     distributed.compile(optimizer=tf.keras.optimizers.Adam(0.001), loss="mse", metrics=["mae"])
-    r["learning_rate_after_compile"] = float(distributed.optimizer.learning_rate.numpy())
+    # applied: the rate as written x the plan's factor
+    r["learning_rate_after_compile"] = (
+        float(distributed.optimizer.learning_rate.numpy()) * distributed.kscale_plan.lr_factor
+    )
     # Under Horovod each rank passes its own batch; tf.keras' multi_worker takes the global batch, the
     # same on every rank, and refuses a batch per rank (it would train on parts of each).
     mine = slice(0, 8) if mode == "multi_worker" else slice(8 * rank, 8 * rank + 8)
@@ -184,6 +192,14 @@ for kind in ("sequential", "functional", "subclassed"):
         )
     results["models"][kind] = r
 
+# A save that fails on the chief stops every worker with it, none left waiting in a collective.
+try:
+    distributed.save(os.path.join(workdir, "unwritable.keras"))
+    results["failed_save"] = None
+except Exception as err:  # which class each rank raised is the result
+    results["failed_save"] = type(err).__name__
+saves["atomic"] = [path for path in saves["atomic"] if "unwritable" not in path]
+saves["scratch"] = [path for path in saves["scratch"] if "unwritable" not in path]
 results["saves"] = saves
 with open(os.path.join(workdir, f"result.{rank}.json"), "w") as f:
     json.dump(results, f)
