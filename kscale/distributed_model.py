@@ -23,7 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from kscale import _keras_private, agreement, backends, frameworks, log, loss_reduction, metric_states
+from kscale import (
+    _keras_private,
+    agreement,
+    backends,
+    frameworks,
+    log,
+    loss_reduction,
+    metric_states,
+    seeding,
+)
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
 from kscale.errors import DataError, ModelError, OptionError
@@ -100,7 +109,8 @@ def distribute(model: Any, **options: Any) -> Any:
     else:
         optimizer = model.optimizer
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
-    placed = backend.place_model(model)
+    with seeding.users_random_state_kept():
+        placed = backend.place_model(model)
     backend.watch_step_weights(placed)
     plan = Plan(
         backend=backend.name,
@@ -487,6 +497,9 @@ def _replan_world(model: Any) -> None:
         return
     if state.scaling is not None:
         state.scaling.factor = lr_scale_factor(state.options.lr_scaling, backend.num_replicas)
+        # The traced step holds the factor it was traced with (a constant, as the rate's other inputs)
+        if getattr(model, "train_function", None) is not None:
+            model.make_train_function(force=True)
     after = (
         _applied(state, backend.learning_rate_of(model.optimizer)) if state.scales_model_optimizer else None
     )

@@ -9,8 +9,10 @@ tf.keras the same determinism without that code path; Keras 3 gets its own `set_
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -29,3 +31,17 @@ def set_seed(seed: int) -> None:
         import tensorflow as tf
 
         tf.random.set_seed(seed)
+
+
+@contextlib.contextmanager
+def users_random_state_kept() -> Iterator[None]:
+    """Python's and NumPy's global random states as the user's script left them, around what kscale does
+    for itself: a copy of the model built in a strategy's scope draws from them (each Keras 3 layer with a
+    SeedGenerator, an LSTM's, takes a seed from Python's `random` when made), and then fit's shuffle,
+    which kscale draws as one process draws it from the same states, would take another order."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)

@@ -78,7 +78,8 @@ def test_two_processes_resume_like_one_uninterrupted_process(uninterrupted, tmp_
     for rank, result in enumerate(results):
         # 64 samples at global batch 8: 8 steps an epoch; 16 came back with the backup, 16 were run.
         assert result["iterations"] == uninterrupted["iterations"] == 32, f"rank {rank}"
-        assert result["learning_rate"] == pytest.approx(2 * LR)
+        assert result["learning_rate"] == pytest.approx(2 * LR)  # applied: the rate written x 2
+        assert result["written_rate"] == pytest.approx(LR)  # what the optimizer holds, and files
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, f"rank {rank}"
     assert uninterrupted["epochs"] == [0, 1, 2, 3]
 
@@ -90,6 +91,7 @@ def test_a_backup_of_one_process_resumes_on_two_at_their_rate(tmp_path):
     for result in results:
         assert result["restored"]["learning_rate"] == pytest.approx(2 * LR)  # scaled for 2, not 0.02
         assert result["learning_rate"] == pytest.approx(2 * LR)
+        assert result["restored"]["written_rate"] == result["written_rate"] == pytest.approx(LR)
         assert result["iterations"] == 2 * 16 + 2 * 8
 
 

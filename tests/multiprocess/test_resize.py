@@ -58,6 +58,7 @@ def test_resume_with_another_number_of_workers(launchers, tmp_path, engine, how,
     saved = _results(tmp_path, 1, before)[0]
     assert saved["workers"] == before and saved["epochs"] == [0, 1]
     assert saved["rates"] == pytest.approx([LR * before] * 2)
+    assert saved["written_rates"] == pytest.approx([LR] * 2)  # the file holds the rate as written
     _launch(launchers, engine, after, [how, str(tmp_path), "2"])
     resumed = _results(tmp_path, 2, after)
     for rank, result in enumerate(resumed):
@@ -65,6 +66,7 @@ def test_resume_with_another_number_of_workers(launchers, tmp_path, engine, how,
         assert result["workers"] == after, where
         assert result["epochs"] == [2, 3], where  # from the saved epoch, to the end asked for
         assert result["rates"] == pytest.approx([LR * after] * 2, rel=1e-6), where  # not LR x before x after
+        assert result["written_rates"] == pytest.approx([LR] * 2, rel=1e-6), where
         assert result["start_iterations"] == 2 * SAMPLES // (BATCH * before), where  # the saved step count
         assert result["start_slots"] == pytest.approx(saved["end_slots"], rel=1e-5), where  # Adam's moments
         for left, right in zip(result["weights"], resumed[0]["weights"], strict=True):

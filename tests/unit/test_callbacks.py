@@ -213,23 +213,33 @@ def test_average_metrics_replaces_every_training_value_by_the_backends_average()
 
 
 def test_average_metrics_takes_the_exact_training_results_of_the_epochs_last_step():
-    # Precision is no mean: the backend sums the metric states over workers at the last step (before
-    # validation resets them) and computes the result from the sums.
+    # Precision is no mean: the backend combines the metric states over workers where the epoch's steps
+    # are done (as validation begins, before Keras resets them, else at the epoch's end), once.
     reduced = []
 
     def reduce_results(model, logs):
         reduced.append(dict(logs))
         return {"precision": 0.5, "loss": 1.5}
 
-    callback = AverageMetrics(lambda values: [v * 10 for v in values], reduce_results)
-    callback.set_params({"steps": 3})
-    callback.on_epoch_begin(0)
-    for batch in range(3):
-        callback.on_train_batch_end(batch, {"precision": 0.9, "loss": 1.0})
-    assert len(reduced) == 1  # once, at the last step
-    logs = {"precision": 0.9, "loss": 1.0, "mae": 2.0, "val_loss": 3.0}
-    callback.on_epoch_end(0, logs)
-    assert logs == {"precision": 0.5, "loss": 1.5, "mae": 20.0, "val_loss": 3.0}
+    class Model:
+        def get_metrics_result(self):
+            return {"precision": 0.9, "loss": 1.0}
+
+    for validates in (True, False):
+        reduced.clear()
+        callback = AverageMetrics(lambda values: [v * 10 for v in values], reduce_results)
+        callback.set_model(Model())
+        callback.set_params({"steps": 3})
+        callback.on_epoch_begin(0)
+        for batch in range(3):
+            callback.on_train_batch_end(batch, {"precision": 0.9, "loss": 1.0})
+        assert reduced == []  # no work per step
+        if validates:
+            callback.on_test_begin()
+        logs = {"precision": 0.9, "loss": 1.0, "mae": 2.0, "val_loss": 3.0}
+        callback.on_epoch_end(0, logs)
+        assert reduced == [{"precision": 0.9, "loss": 1.0}]  # once, with the epoch's training states
+        assert logs == {"precision": 0.5, "loss": 1.5, "mae": 20.0, "val_loss": 3.0}
 
 
 @pytest.mark.parametrize("is_chief", [True, False])

@@ -40,13 +40,21 @@ if not reference:
     model = kscale.distribute(model, print_plan=False)
 
 
+def applied_rate(model) -> float:
+    """The rate each update applies: the optimizer keeps the rate as written (one worker's), kscale applies
+    it times the plan's factor."""
+    factor = model.kscale_plan.lr_factor if hasattr(model, "kscale_plan") else 1.0
+    return float(np.asarray(model.optimizer.learning_rate)) * factor
+
+
 def state(model) -> dict:
     """The weights, the optimizer's own variables (step count, rate, momentum) as this process holds them."""
     return {
         "weights": [np.asarray(w).tolist() for w in model.get_weights()],
         # Its step count and momentum (the rate apart: a job on another number of workers scales it).
         "optimizer": [np.asarray(v).tolist() for v in model.optimizer.variables if v.name != "learning_rate"],
-        "learning_rate": float(np.asarray(model.optimizer.learning_rate)),
+        "learning_rate": applied_rate(model),
+        "written_rate": float(np.asarray(model.optimizer.learning_rate)),
     }
 
 
@@ -86,7 +94,8 @@ result = {
     "epochs": epochs.ran,
     "final": [np.asarray(w).tolist() for w in model.get_weights()],
     "iterations": int(np.asarray(model.optimizer.iterations)),
-    "learning_rate": float(np.asarray(model.optimizer.learning_rate)),
+    "learning_rate": applied_rate(model),
+    "written_rate": float(np.asarray(model.optimizer.learning_rate)),
     "restored": epochs.restored,
 }
 with open(os.path.join(args.workdir, f"result.{rank}.json"), "w") as f:

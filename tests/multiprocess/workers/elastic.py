@@ -30,7 +30,8 @@ class Log(tf.keras.callbacks.Callback):
             "epoch": epoch,
             "size": backend.num_workers,
             "rank": backend.worker_index,
-            "rate": float(self.model.optimizer.learning_rate.numpy()),
+            # applied: the rate as written (one worker's) x the factor planned for this world
+            "rate": float(self.model.optimizer.learning_rate.numpy()) * self.model.kscale_plan.lr_factor,
             "steps": self.params["steps"],
         }
         with open(os.path.join(workdir, f"epochs.{os.getpid()}.jsonl"), "a") as f:

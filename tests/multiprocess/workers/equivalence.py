@@ -20,6 +20,7 @@ if mode == "mirrored":
 import numpy as np  # noqa: E402
 
 import kscale  # noqa: E402
+import kscale.learning_rate  # noqa: E402
 
 BATCH, LR, EPOCHS, SAMPLES = 4, 0.05, 2, 64
 LOSS_SCALE = 256.0
@@ -72,14 +73,18 @@ class TwoDense(tf.keras.Model):
 
 
 class LearningRates(tf.keras.callbacks.Callback):
-    """The learning rate each step applied (Keras updates it when the step applies its gradients)."""
+    """The learning rate each step applies: the optimizer keeps the rate as written, and reads the applied
+    one (written x the plan's factor, ramped over the warmup by the step count) inside an update, as
+    `kscale.learning_rate.Applying` marks it."""
 
     def __init__(self):
         super().__init__()
         self.applied = []
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.applied.append(float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)))
+    def on_train_batch_begin(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        with kscale.learning_rate.Applying(optimizer):
+            self.applied.append(float(tf.keras.backend.get_value(optimizer.learning_rate)))
 
 
 def loss_scaled(optimizer):
@@ -181,7 +186,8 @@ else:
         "final": weights(trained),
         "loss_scaled": isinstance(trained.optimizer, tf.keras.mixed_precision.LossScaleOptimizer),
         "loss_scale": [trained.optimizer.dynamic, float(trained.optimizer.loss_scale.numpy())],
-        "learning_rate": float(trained.optimizer.inner_optimizer.learning_rate.numpy()),
+        "learning_rate": float(trained.optimizer.inner_optimizer.learning_rate.numpy())
+        * trained.kscale_plan.lr_factor,  # applied: as written x the plan's factor
         "compute_dtype": trained.layers[0].compute_dtype,
     }
     result.update(final=result["numpy"]["final"], iterations=result["numpy"]["iterations"])

@@ -31,7 +31,7 @@ class Probe(tf.keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self.result = {"epochs": [], "rates": []}
+        self.result = {"epochs": [], "rates": [], "written_rates": []}
 
     def on_train_begin(self, logs=None):
         optimizer = self.model.optimizer
@@ -44,7 +44,10 @@ class Probe(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.result["epochs"].append(epoch)
-        self.result["rates"].append(float(self.model.optimizer.learning_rate.numpy()))
+        # The optimizer keeps the rate as written (one worker's); each update applies it x the plan's factor.
+        written = float(self.model.optimizer.learning_rate.numpy())
+        self.result["written_rates"].append(written)
+        self.result["rates"].append(written * self.model.kscale_plan.lr_factor)
 
     def on_epoch_end(self, epoch, logs=None):
         if how == "backup" and phase == 1 and epoch == 1:
