@@ -149,6 +149,11 @@ class JaxBackend(Backend):
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         """The family's optimizer, whose update (`stateless_apply`, where Keras' JAX trainer and a JAX
         train_step of one's own apply the gradients) weighs them by a shared last step's share first."""
+        if not all(_on_every_device(v, self.num_replicas) for v in optimizer.variables):
+            # Made before the distribution (before `import kscale`): its step count and rate on one device
+            # would make Keras' step mix layouts. A copy made here; compile carries the old one's state.
+            with self.scope():
+                optimizer = self.family.clone_optimizer(optimizer, options)
         optimizer = super().optimizer_for(optimizer, options)
         if "_kscale_weighed" not in vars(optimizer):
             apply = optimizer.stateless_apply
