@@ -73,6 +73,35 @@ def scale(gradients: list) -> list:
     return [None if g is None else times(g, like(weight, g)) for g in gradients]
 
 
+def weighed_sum(all_sum: Any) -> Any:
+    """`all_sum` (a differentiable sum of a tensor over the replicas, TensorFlow's), whose gradient
+    weighs what each replica sends back by that replica's weight in the step.
+
+    A synchronized BatchNormalization sums its statistics over the replicas, and their backward pass sums
+    every replica's gradient into every other's: replica r's gradient then holds parts of the others'
+    losses, and `scale` would multiply all of them by r's weight. Here each replica's part is sent back
+    times its own weight and received divided by the receiver's, so that after `scale` each is weighed by
+    its own replica's weight, as one process weighs the samples of a step shared unevenly."""
+    import tensorflow as tf
+
+    def summed(local: Any) -> Any:
+        weight = current()
+        if weight is None:
+            return all_sum(local)
+
+        @tf.custom_gradient
+        def weighed(x: Any) -> Any:
+            def backward(upstream: Any) -> Any:
+                share = tf.cast(weight, upstream.dtype)
+                return all_sum(upstream * share) / share
+
+            return all_sum(x), backward
+
+        return weighed(local)
+
+    return summed
+
+
 def times(gradient: Any, factor: Any) -> Any:
     """`gradient × factor`; a sparse gradient (TensorFlow's IndexedSlices of an Embedding) stays sparse:
     its values are multiplied, where `*` would make it a dense tensor, which some optimizers then update

@@ -97,7 +97,7 @@ class HorovodBackend(Backend):
             _optional.horovod_tensorflow().broadcast_variables(variables, root_rank=0)
         # BatchNormalization(synchronized=True): the global batch's statistics, as under tf.distribute.
         for layer in model.submodules:
-            _keras_private.sum_batch_statistics_over(layer, _sum_over_workers)
+            _keras_private.sum_batch_statistics_over(layer, step_weights.weighed_sum(_sum_over_workers))
         return model
 
     def optimizer_for(self, optimizer: Any, options: HorovodOptions) -> Any:

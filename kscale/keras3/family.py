@@ -110,9 +110,12 @@ class Keras3Family:
 
     def strategy_placed(self, backend: Any, model: Any) -> None:
         """A model without call() whose sub-models are built holds every variable it trains: it is built,
-        and says so (Keras' public `built`), so that Keras' trainer does not try to build it by calling it."""
+        and says so (Keras' public `built`), so that Keras' trainer does not try to build it by calling it.
+        A synchronized BatchNormalization's statistics weigh each replica's gradient by its share of a
+        step shared unevenly (step_weights.weighed_sum)."""
         if _has_no_call(model) and _sub_models_built(model):
             model.built = True
+        _keras_private.weigh_synchronized_moments(step_weights.weighed_sum)  # once; only such layers call it
 
     def strategy_model_notes(self, model: Any) -> list[str]:
         """A model of several losses: Keras 3 on TensorFlow, in one process, weighs each output's own loss

@@ -373,3 +373,19 @@ def test_keras_3_on_jax_lays_an_epochs_batches_out_where_kscale_lays_out_a_whole
     _keras_private.lay_out_whole_steps(lambda data: False, lambda shape: None)
     assert getattr(trainer.JAXEpochIterator._get_distributed_iterator, "_kscale_whole_steps", False)
     assert "get_data_layout" in source or "is_whole" in source
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="Keras 3's TensorFlow backend only")
+def test_keras_3_synchronized_moments_are_summed_in_the_function_kscale_replaces(monkeypatch):
+    import inspect
+
+    from keras.src.backend.tensorflow import nn
+
+    monkeypatch.setattr(nn, "_compute_moments_sync", nn._compute_moments_sync)  # Keras' own, back after
+    assert "_compute_moments_sync(x, axes, keepdims)" in inspect.getsource(nn.moments)
+    assert list(inspect.signature(nn._compute_moments_sync).parameters) == ["x", "axes", "keepdims"]
+    _keras_private.weigh_synchronized_moments(lambda all_sum: all_sum)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    mean, variance = nn.moments(x, axes=[0], synchronized=True)  # no strategy: Keras' own moments
+    np.testing.assert_allclose(np.asarray(mean), x.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(variance), x.var(axis=0), rtol=1e-5)

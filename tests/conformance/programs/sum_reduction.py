@@ -1,7 +1,9 @@
 """A loss compiled with `reduction="sum"` (tf.keras: `Reduction.SUM`), as keras.io's guides show the
 reduction argument: one process sums the errors of the global batch, so its gradient is the sum of the
-replicas' and History's loss is a global batch's sum. 100 samples at 8 per replica: the last step's 4
-samples are shared unevenly, and a sum weighs each sample once, however they are shared."""
+replicas' and History's loss is a global batch's sum. 99 samples at 8 per replica: the last step's 3
+samples are shared unevenly (2 and 1), and a sum weighs each sample once, however they are shared (with
+100, shared 2 and 2, tf.keras' strategies were exact and 67 found them 0.3% off in History's loss: the
+generator's seed 0)."""
 
 from tests.conformance.harness import data
 
@@ -11,7 +13,7 @@ EXACT = True
 
 def main(job):
     keras = job.keras
-    x, y = data(100, 5, seed=7)
+    x, y = data(99, 5, seed=7)
     job.seed()
     model = keras.Sequential(
         [keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
