@@ -19,6 +19,11 @@ pytestmark = pytest.mark.multiprocess
 CI_SEEDS = range(12)
 EACH_PROGRAM = 300
 
+#: Cells of CI_SEEDS the generator found wrong and that are not fixed yet: (Keras family, seed, way) -> what
+#: differs. Each is expected to fail (strict: a cell that starts passing fails, to be taken off), so a known
+#: difference stays visible in every run instead of being left out of the seeds (docs/guide/what-works.md).
+KNOWN_WRONG: dict[tuple[str, int, str], str] = {}  # empty today: seeds 0, 7 and 11 were, and are fixed
+
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
@@ -62,7 +67,10 @@ def run(request, programs, launch_with_progress, tmp_path_factory):
 
 @pytest.mark.timeout(2 * EACH_PROGRAM * (len(CI_SEEDS) + 2))
 @pytest.mark.parametrize("seed", CI_SEEDS)
-def test_generated_program_trains_as_in_one_process(seed, programs, reference, run):
+def test_generated_program_trains_as_in_one_process(request, seed, programs, reference, run):
     folder, _ = programs
     way, out, ranks = run
+    known = KNOWN_WRONG.get((harness.FAMILY, seed, way))
+    if known:
+        request.applymarker(pytest.mark.xfail(reason=known, strict=True))
     compare.check(f"g{seed:04d}", reference, out, ranks, way, folder)

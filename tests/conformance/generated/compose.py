@@ -118,6 +118,8 @@ def _allowed(v: dict, family: str) -> bool:
         not (v["data"].startswith("dataset") and not tf_data),
         not (v["data"] == "dataloader" and family != "keras3-torch"),
         not (v["layers"] == "lookup" and not tf_data),
+        # Keras 3's array adapters take no strings: a lookup layer's strings come through tf.data there
+        not (v["layers"] == "lookup" and family != "keras2" and not v["data"].startswith("dataset")),
         not (v["optimizer_option"] == "accumulation" and family == "keras2"),
         not (v["precision"] == "mixed_float16" and not tf_data),  # 16-bit floats on JAX/torch CPUs: slow
         not (v["callbacks"] == "tensorboard" and not _has("tensorboard")),
@@ -150,6 +152,8 @@ def _allowed(v: dict, family: str) -> bool:
         not (v["fit"] == "save_load" and v["layers"] in ("lookup", "normalization", "stateful_lstm")),
         not (v["fit"] == "save_load" and v["precision"] != "float32"),
         not (v["fit"] == "save_load" and v["optimizer_option"] in ("ema", "accumulation")),
+        # tf.keras writes .h5 files of Sequential and functional models only (ModelCheckpoint, save)
+        not (family == "keras2" and v["model"] == "subclassed" and v["callbacks"] == "checkpoint"),
         # generators: Keras 3 validates a generator unevenly in one process (python_generator's docstring)
         not (v["data"] == "generator" and v["callbacks"] in ("early_stopping", "checkpoint", "plateau")),
         not (v["callbacks"] == "backup_restore" and v["fit"] != "once"),
@@ -158,7 +162,7 @@ def _allowed(v: dict, family: str) -> bool:
         not (v["fit"] == "recompile" and v["layers"] in ("lookup", "stateful_lstm")),
         not (sequence and v["precision"] == "mixed_float16"),
         not (v["precision"] != "float32" and v["layers"] in ("lookup", "embedding", "normalization")),
-        not (v["precision"] != "float32" and v["loss"] == "function"),
+        not (v["precision"] != "float32" and v["loss"] in ("function", "regularized")),  # Keras 3: dtypes
         not (v["precision"] != "float32" and v["metrics"] in ("user_sum", "user_max")),
         not (v["optimizer_option"] == "ema" and v["fit"] != "once"),  # Keras 3 on JAX: EMA fails a second fit
         not (v["layers"] == "batchnorm_sync" and not tf_data),  # synchronized=True: TensorFlow's only
@@ -194,9 +198,13 @@ def _exactness(v: dict, family: str) -> dict:
         )
     tolerance = 1e-5
     if v["precision"] != "float32":
-        tolerance = 2e-2  # 16-bit compute: the same sums in another order round otherwise
-    elif v["optimizer"] in ("adam", "adamw", "rmsprop") or v["loss"] == "object_sum":
-        tolerance = 1e-4  # normalised steps and sums over batches amplify float32 rounding
+        tolerance = (
+            5e-2  # 16-bit compute (bfloat16: 3 digits): the same sums in another order round otherwise
+        )
+    elif v["optimizer"] in ("adam", "adamw", "rmsprop"):
+        tolerance = 1e-3  # normalised steps (g / sqrt(v)) amplify float32 rounding where gradients are small
+    elif v["loss"] == "object_sum":
+        tolerance = 1e-4  # sums over batches amplify float32 rounding
     return {"exact": exact, "not_exact": sorted(not_exact), "errors": errors, "tolerance": tolerance}
 
 
@@ -216,7 +224,9 @@ def _render(name: str, seed: int, v: dict, family: str) -> str:
         f"NOT_EXACT_UNDER = {set(e['not_exact'])!r}\n"
         f"EXPECT_ERROR_UNDER = {e['errors']!r}\n"
         "RELATIVE = True  # differences relative to the numbers' size (a loss summed over a batch is large)\n"
-        f"MOVED_AT_LEAST = {3 * e['tolerance']!r}\n\n\n" + "def main(job):\n" + textwrap.indent(body, "    ")
+        f"MOVED_AT_LEAST = {max(e['tolerance'], 1e-4)!r}\n\n\n"
+        + "def main(job):\n"
+        + textwrap.indent(body, "    ")
     )
 
 
@@ -302,13 +312,17 @@ def _body_layers(v: dict) -> list[str]:
     return {
         "dense": [dense],
         "conv": ['keras.layers.Conv2D(4, 3, activation="relu")', "keras.layers.Flatten()", dense],
+        # No bias before the normalization (as Keras' guides write it): its gradient is zero in exact
+        # arithmetic, and Adam-like optimizers turn the rounding left of it into steps of ±rate whose signs
+        # differ between any two ways of summing a batch (measured: 5e-3 on that bias alone, every other
+        # weight to 1e-7).
         "batchnorm": [
-            f"keras.layers.Dense(8{regularizer})",
+            f"keras.layers.Dense(8, use_bias=False{regularizer})",
             "keras.layers.BatchNormalization()",
             'keras.layers.Activation("relu")',
         ],
         "batchnorm_sync": [
-            f"keras.layers.Dense(8{regularizer})",
+            f"keras.layers.Dense(8, use_bias=False{regularizer})",
             "keras.layers.BatchNormalization(synchronized=True)",
             'keras.layers.Activation("relu")',
         ],
@@ -481,14 +495,16 @@ def _loss_expr(v: dict, keras2: bool) -> str:
 def _loss_function_lines(v: dict, keras2: bool) -> list[str]:
     if v["loss"] != "function" or v["model"] == "multi_io":
         return []
+    # one loss per sample, as Keras' own loss functions return (tests/conformance/programs/
+    # loss_function_batch_mean.py has one that reduces over the batch itself)
     ops = "tf" if keras2 else "keras.ops"
     mean = "tf.reduce_mean" if keras2 else "keras.ops.mean"
     if v["task"] == "classification":
         body = "keras.losses.sparse_categorical_crossentropy(y_true, y_pred)"
-        return ["def loss_fn(y_true, y_pred):", f"    return {mean}({body})"]
+        return ["def loss_fn(y_true, y_pred):", f"    return {body}"]
     return [
         "def loss_fn(y_true, y_pred):",
-        f"    return {mean}({ops}.square({ops}.cast(y_true, y_pred.dtype) - y_pred))",
+        f"    return {mean}({ops}.square({ops}.cast(y_true, y_pred.dtype) - y_pred), axis=-1)",
     ]
 
 
@@ -510,9 +526,11 @@ def _metric_lines(v: dict, keras2: bool) -> tuple[list[str], str]:
         return [], ', metrics=["mae", keras.metrics.RootMeanSquaredError()]'
     if kind == "lambda":
         if classify:
+            predicted = f"{ops}.cast({ops}.argmax(y_pred, axis=-1), 'int32')"
+            true = f"{ops}.cast({ops}.reshape(y_true, [-1]), 'int32')"
             return [
                 "def hit(y_true, y_pred):",
-                f"    return {ops}.cast({ops}.argmax(y_pred, axis=-1) == {ops}.cast({ops}.reshape(y_true, [-1]), 'int64'), 'float32')",
+                f"    return {ops}.cast({ops}.equal({predicted}, {true}), 'float32')",
             ], ", metrics=[hit]"
         return [
             "def error(y_true, y_pred):",
@@ -594,6 +612,9 @@ def _feed(v: dict, family: str) -> tuple[list[str], str, str]:
     evaluate = f"{x_expr}, {y_expr}, batch_size=job.batch(4){weights}"
     if v["loss"] == "object_sum":  # a sum over a batch depends on the batches: whole global batches
         evaluate = f"x[:64], y[:64], batch_size=job.batch(4){weights and ', sample_weight=weights[:64]'}"
+    if v["layers"] == "lookup" and not keras2:  # strings: through tf.data, in whole global batches
+        sliced = "(x[:64], y[:64], weights[:64])" if weights else "(x[:64], y[:64])"
+        evaluate = f"tf.data.Dataset.from_tensor_slices({sliced}).batch(job.batch(4))"
     shuffle = "" if data in ("arrays_shuffled", "arrays_odd") else ", shuffle=False"
     if v["layers"] == "stateful_lstm":
         shuffle = ", shuffle=False"
