@@ -836,5 +836,7 @@ def _model_and_training(v: dict, family: str, keras2: bool) -> str:
         lines.append(f'job.record("evaluate", model.evaluate({evaluate}, verbose=0))')
     if fit == "evaluate_predict" or v["model"] == "train_step":
         first = "{'main': x[:5], 'aux': aux[:5]}" if v["model"] == "multi_io" else "x[:5]"
+        if v["layers"] == "lookup" and family != "keras2":  # strings: through tf.data (see _feed)
+            first = "tf.data.Dataset.from_tensor_slices(x[:5]).batch(5)"
         lines.append(f'job.record("predict", model.predict({first}, verbose=0))')
     return "\n".join(lines)
