@@ -288,13 +288,13 @@ def on_loss_reduction(keras: Any, scaled_sum: Any, check: Any) -> None:
         loss = original(weighted_losses, reduction)
         if reduction != summed:
             return loss
-        if tf.distribute.get_strategy().num_replicas_in_sync == 1:
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas == 1:
             return scaled_sum(loss)
         # Under a strategy tf.keras multiplies a sum's loss metric by the replicas itself
         # (compile_utils.LossesContainer), each replica's weighed by its rows: the gradient takes the whole
         # factor (R / w), the value R / w divided by R (1 in full steps), so that a slice of m_r rows of a
         # shared last step of m adds m × its sum to the loss metric, as one process adds m × the step's.
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
         factor = scaled_sum(tf.ones_like(loss))
 
         @tf.custom_gradient
@@ -785,10 +785,10 @@ def sum_batch_statistics_over(layer: Any, all_sum: Any) -> bool:
     return True
 
 
-def weigh_synchronized_moments(weighed_sum: Any) -> None:
+def weigh_synchronized_moments(replica_sum: Any) -> None:
     """Make Keras 3's synchronized BatchNormalization on TensorFlow sum its statistics over the replicas with
-    `weighed_sum(all_sum)` (kscale.step_weights.weighed_sum: a gradient that weighs each replica's part by
-    its share of the step). Keras 3 sums them in `keras.src.backend.tensorflow.nn._compute_moments_sync(x,
+    `replica_sum` (kscale.step_weights.weighed_sum(): a gradient that weighs each replica's part by its
+    share of the step). Keras 3 sums them in `keras.src.backend.tensorflow.nn._compute_moments_sync(x,
     axes, keepdims)`, looked up by name in `moments`: replaced here once by the same sums (of x, of x², of
     the count, in one all-reduce), made the same way. No public hook exists there;
     tests/keras3/test_keras3_private.py fails when a release moves it."""
@@ -798,11 +798,6 @@ def weigh_synchronized_moments(weighed_sum: Any) -> None:
     original = nn._compute_moments_sync
     if getattr(original, "_kscale_weighed", False):
         return
-
-    def all_sum(tensor: Any) -> Any:
-        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tensor)
-
-    summed = weighed_sum(all_sum)
 
     @functools.wraps(original)
     def _compute_moments_sync(x: Any, axes: Any, keepdims: Any) -> Any:
@@ -815,7 +810,7 @@ def weigh_synchronized_moments(weighed_sum: Any) -> None:
                 tf.reduce_sum(tf.ones_like(x), axis=axes, keepdims=True),
             ]
         )
-        total, squared_total, count = tf.unstack(summed(local))
+        total, squared_total, count = tf.unstack(replica_sum(local))
         mean = tf.math.divide_no_nan(total, count)
         variance = tf.maximum(tf.math.divide_no_nan(squared_total, count) - tf.square(mean), 0.0)
         if not keepdims:

@@ -73,9 +73,10 @@ def scale(gradients: list) -> list:
     return [None if g is None else times(g, like(weight, g)) for g in gradients]
 
 
-def weighed_sum(all_sum: Any) -> Any:
-    """`all_sum` (a differentiable sum of a tensor over the replicas, TensorFlow's), whose gradient
-    weighs what each replica sends back by that replica's weight in the step.
+def weighed_sum(all_sum: Any = None) -> Any:
+    """`all_sum` (a differentiable sum of a tensor over the replicas, TensorFlow's; by default the
+    tf.distribute replica context's, as tf.keras and Keras 3 sum a synchronized BatchNormalization's
+    statistics), whose gradient weighs what each replica sends back by that replica's weight in the step.
 
     A synchronized BatchNormalization sums its statistics over the replicas, and their backward pass sums
     every replica's gradient into every other's: replica r's gradient then holds parts of the others'
@@ -83,6 +84,8 @@ def weighed_sum(all_sum: Any) -> Any:
     times its own weight and received divided by the receiver's, so that after `scale` each is weighed by
     its own replica's weight, as one process weighs the samples of a step shared unevenly."""
     import tensorflow as tf
+
+    all_sum = all_sum or _replica_sum
 
     def summed(local: Any) -> Any:
         weight = current()
@@ -100,6 +103,17 @@ def weighed_sum(all_sum: Any) -> Any:
         return weighed(local)
 
     return summed
+
+
+def _replica_sum(tensor: Any) -> Any:
+    """The sum of `tensor` over the tf.distribute strategy's replicas (its replica context's all_reduce,
+    whose gradient is summed the same way); `tensor` itself outside a replica context (one batch)."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return tensor
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, tensor)
 
 
 def times(gradient: Any, factor: Any) -> Any:

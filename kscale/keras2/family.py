@@ -98,7 +98,7 @@ class Keras2Family:
         """A synchronized BatchNormalization sums its statistics over the replicas as tf.keras does, with
         a gradient that weighs each replica's part by its share of a step shared unevenly
         (step_weights.weighed_sum). A model without call() trains as it is."""
-        summed = step_weights.weighed_sum(_sum_over_replicas)
+        summed = step_weights.weighed_sum()  # over the strategy's replicas
         for layer in model.submodules:
             _keras_private.sum_batch_statistics_over(layer, summed)
 
@@ -176,12 +176,3 @@ class Keras2Family:
         collective = backend.saves_are_collective and backend.num_workers > 1
         everywhere = (kinds.TensorBoard, kinds.BackupAndRestore) if collective else ()
         return for_this_worker(callbacks, backend.is_chief, backend.chief_only_callback_types(), everywhere)
-
-
-def _sum_over_replicas(tensor: tf.Tensor) -> tf.Tensor:
-    """The sum of `tensor` over the strategy's replicas, as tf.keras' synchronized BatchNormalization takes
-    it (the replica context's all_reduce, whose gradient is summed the same way)."""
-    context = tf.distribute.get_replica_context()
-    if context is None:  # in the strategy's cross-replica context: one batch, as tf.keras takes it there
-        return tensor
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, tensor)

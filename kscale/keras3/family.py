@@ -115,7 +115,9 @@ class Keras3Family:
         step shared unevenly (step_weights.weighed_sum)."""
         if _has_no_call(model) and _sub_models_built(model):
             model.built = True
-        _keras_private.weigh_synchronized_moments(step_weights.weighed_sum)  # once; only such layers call it
+        _keras_private.weigh_synchronized_moments(
+            step_weights.weighed_sum()
+        )  # once; only such layers call it
 
     def strategy_model_notes(self, model: Any) -> list[str]:
         """A model of several losses: Keras 3 on TensorFlow, in one process, weighs each output's own loss

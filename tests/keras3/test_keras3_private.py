@@ -384,7 +384,7 @@ def test_keras_3_synchronized_moments_are_summed_in_the_function_kscale_replaces
     monkeypatch.setattr(nn, "_compute_moments_sync", nn._compute_moments_sync)  # Keras' own, back after
     assert "_compute_moments_sync(x, axes, keepdims)" in inspect.getsource(nn.moments)
     assert list(inspect.signature(nn._compute_moments_sync).parameters) == ["x", "axes", "keepdims"]
-    _keras_private.weigh_synchronized_moments(lambda all_sum: all_sum)
+    _keras_private.weigh_synchronized_moments(lambda tensor: tensor)
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     mean, variance = nn.moments(x, axes=[0], synchronized=True)  # no strategy: Keras' own moments
     np.testing.assert_allclose(np.asarray(mean), x.mean(axis=0), rtol=1e-6)
