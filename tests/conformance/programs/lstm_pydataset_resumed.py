@@ -32,21 +32,25 @@ def main(job):
             s, e = index * self.size, (index + 1) * self.size
             return self.x[s:e], self.y[s:e]
 
-    job.seed()
-    inputs = keras.Input((5, 3))
-    hidden = inputs
-    hidden = keras.layers.LSTM(4)(hidden)
-    hidden = keras.layers.Dense(8, activation="tanh", kernel_regularizer=keras.regularizers.L2(1e-3))(hidden)
-    hidden = keras.layers.ActivityRegularization(l2=1e-3)(hidden)
-    model = keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(hidden))
-    model.compile(
-        optimizer=keras.optimizers.SGD(
-            keras.optimizers.schedules.ExponentialDecay(job.rate(0.002), decay_steps=3, decay_rate=0.8),
-            momentum=0.9,
-        ),
-        loss="mse",
-    )
-    model = job.distribute(model)
+    def build():
+        """The same model anew, from the same seed: the job that resumes makes its own."""
+        job.seed()
+        inputs = keras.Input((5, 3))
+        hidden = keras.layers.Dense(8, activation="tanh", kernel_regularizer=keras.regularizers.L2(1e-3))(
+            keras.layers.LSTM(4)(inputs)
+        )
+        hidden = keras.layers.ActivityRegularization(l2=1e-3)(hidden)
+        model = keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(hidden))
+        model.compile(
+            optimizer=keras.optimizers.SGD(
+                keras.optimizers.schedules.ExponentialDecay(job.rate(0.002), decay_steps=3, decay_rate=0.8),
+                momentum=0.9,
+            ),
+            loss="mse",
+        )
+        return job.distribute(model)
+
+    model = build()
 
     class Interrupt(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -59,21 +63,7 @@ def main(job):
     except RuntimeError as err:
         if "interrupted" not in str(err):
             raise
-    job.seed()
-    inputs = keras.Input((5, 3))
-    hidden = inputs
-    hidden = keras.layers.LSTM(4)(hidden)
-    hidden = keras.layers.Dense(8, activation="tanh", kernel_regularizer=keras.regularizers.L2(1e-3))(hidden)
-    hidden = keras.layers.ActivityRegularization(l2=1e-3)(hidden)
-    model = keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(hidden))
-    model.compile(
-        optimizer=keras.optimizers.SGD(
-            keras.optimizers.schedules.ExponentialDecay(job.rate(0.002), decay_steps=3, decay_rate=0.8),
-            momentum=0.9,
-        ),
-        loss="mse",
-    )
-    model = job.distribute(model)
+    model = build()
     history = model.fit(Batches(x, y, job.batch(4)), epochs=3, verbose=0, callbacks=[backup])
     job.record("history", job.history(history))
     job.record("evaluate", model.evaluate(x, y, batch_size=job.batch(4), verbose=0))
