@@ -390,7 +390,13 @@ def _fit_in_this_world(
             epochs_after=a.get("epochs", 1),
             steps_per_epoch_before=user_steps,
             steps_per_epoch_after=feed.epoch_steps,
-            notes=(*backend.notes(), *backend.model_notes(self), *feed.notes, *_metric_notes(state, metrics)),
+            notes=(
+                *backend.notes(),
+                *backend.model_notes(self),
+                *feed.notes,
+                *_metric_notes(state, metrics),
+                *_loss_scale_notes(state, self),
+            ),
         ),
     )
     _print_plan_once(self)
@@ -440,6 +446,19 @@ def _metric_notes(state: _State, metrics: list) -> list[str]:
         _WARNED_METRIC_CLASSES.update(new)
         log.warning(note)
     return [note]
+
+
+def _loss_scale_notes(state: _State, model: Any) -> list[str]:
+    """What the plan says of a mixed-precision loss scale over replicas (kscale/keras2/loss_scaling.py):
+    each replica's float16 backward pass carries one process's numbers, but a sum over the whole global
+    batch (a kernel's gradient) is only made in float32, after the replicas' halves are summed."""
+    if state.backend.loss_replicas < 2 or not hasattr(getattr(model, "optimizer", None), "inner_optimizer"):
+        return []
+    return [
+        "loss scaling (mixed_float16): each replica's float16 gradients are one process's, so the same steps "
+        "overflow and are skipped; one whose float16 sum over the global batch alone overflows (no replica's "
+        "part does) is applied, where one process skips it"
+    ]
 
 
 def _epoch_orders(

@@ -43,25 +43,26 @@ def replica_step(replicas: int) -> Iterator[None]:
         _local.replicas = before
 
 
-def _replicas() -> int:
+def replicas() -> int:
+    """The replicas of the step being traced in this thread, each on its slice (1 outside a step)."""
     return getattr(_local, "replicas", 1)
 
 
 def scaled_sum(loss: Any) -> Any:
     """A replica's sum over its slice, as its share of one process's sum over the global batch."""
-    replicas = _replicas()
-    if replicas <= 1:
+    count = replicas()
+    if count <= 1:
         return loss
     weight = step_weights.current()
     if weight is None:
-        return loss * float(replicas)
-    return loss * (float(replicas) / step_weights.like(weight, loss))
+        return loss * float(count)
+    return loss * (float(count) / step_weights.like(weight, loss))
 
 
 def check(reduction: Any, has_sample_weight: bool, per_sample: bool = True) -> None:
     """Inside a step of several replicas: refuse the reductions no replica can compute its share of.
     `per_sample`: the loss gave one value per sample (False: one number for the batch)."""
-    if _replicas() <= 1:
+    if replicas() <= 1:
         return
     if not per_sample and has_sample_weight:
         raise ModelError(

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from kscale import _keras_private
 from kscale.errors import ModelError
+from kscale.keras2 import loss_scaling
 from kscale.rebuild import BUILD_IT_IN_SCOPE, fresh_compile_args, require_compiled
 
 
@@ -71,12 +72,13 @@ def with_inner(optimizer: Any, change: Callable[[Any], Any]) -> Any:
     goes inside the loss scaling, where the gradients it averages are already unscaled."""
     if not isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
         return change(optimizer)
-    return tf.keras.mixed_precision.LossScaleOptimizer(
+    scaling = tf.keras.mixed_precision.LossScaleOptimizer(
         change(optimizer.inner_optimizer),
         dynamic=optimizer.dynamic,
         initial_scale=optimizer.initial_scale,
         dynamic_growth_steps=optimizer.dynamic_growth_steps,
     )
+    return loss_scaling.as_one_process(scaling)  # each replica's backward pass carries one process's numbers
 
 
 def learning_rate_of(optimizer: Any) -> float | tf.keras.optimizers.schedules.LearningRateSchedule:

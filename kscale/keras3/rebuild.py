@@ -15,6 +15,7 @@ import numpy as np
 
 from kscale import _keras_private
 from kscale.errors import ModelError
+from kscale.keras3 import loss_scaling
 from kscale.rebuild import BUILD_IT_IN_SCOPE, require_compiled
 from kscale.rebuild import fresh_compile_args as _fresh_compile_args
 
@@ -119,11 +120,12 @@ def clone_optimizer(optimizer: Any, learning_rate: Any, gradient_accumulation_st
     for a LossScaleOptimizer (compile's, under mixed_float16), the same loss scaling around a new inner
     optimizer, which holds the rate."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return keras.optimizers.LossScaleOptimizer(
+        scaling = keras.optimizers.LossScaleOptimizer(
             clone_optimizer(optimizer.inner_optimizer, learning_rate, gradient_accumulation_steps),
             initial_scale=optimizer.initial_scale,
             dynamic_growth_steps=optimizer.dynamic_growth_steps,
         )
+        return loss_scaling.as_one_process(scaling)  # each replica's backward pass: one process's numbers
     config = optimizer.get_config()
     config["learning_rate"] = learning_rate
     if gradient_accumulation_steps > 1:

@@ -1,0 +1,39 @@
+"""A mixed-precision loss scale applied as one process applies it, replica by replica (Keras 3).
+
+The same as tf.keras' (kscale/keras2/loss_scaling.py, which says why): each replica's loss is scaled by S/R
+in `scale_loss`, and the gradients `apply` takes are multiplied by R before the LossScaleOptimizer checks
+them and divides them by S; the float16 backward pass carries one process's numbers and the averaged
+gradient is unchanged. On JAX every step computes the global batch (R is 1): nothing changes there.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import keras
+
+from kscale import loss_reduction, step_weights
+
+
+@functools.cache
+def _one_process_class(base: type) -> type:
+    def scale_loss(self: Any, loss: Any) -> Any:
+        scaled, replicas = base.scale_loss(self, loss), loss_reduction.replicas()
+        return scaled if replicas == 1 else keras.ops.multiply(scaled, 1.0 / replicas)
+
+    def apply(self: Any, grads: Any, trainable_variables: Any = None) -> Any:
+        replicas = float(loss_reduction.replicas())
+        if replicas != 1.0:
+            grads = [None if g is None else step_weights.times(g, replicas) for g in grads]
+        return base.apply(self, grads, trainable_variables)
+
+    namespace = {"scale_loss": scale_loss, "apply": apply}
+    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+
+
+def as_one_process(optimizer: Any) -> Any:
+    """`optimizer`, a LossScaleOptimizer, scaling each replica's loss as one process scales its loss."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer.__class__ = _one_process_class(type(optimizer))
+    return optimizer
