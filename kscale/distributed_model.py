@@ -32,6 +32,7 @@ from kscale import (
     loss_reduction,
     metric_states,
     seeding,
+    step_weights,
 )
 from kscale.backends.base import Backend
 from kscale.callbacks.agreement import agreement_check
@@ -382,6 +383,7 @@ def _fit_in_this_world(
         a["validation_steps"] = val.steps
         _set_batch_size(a, "validation_batch_size", val.batch_size)
     metrics = _metric_objects(self)
+    step_weights.weigh_one_number_means(metrics, backend.keras_module().metrics.Mean)
     _set_plan(
         self,
         state.plan.with_fit(
