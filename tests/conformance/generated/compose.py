@@ -525,17 +525,21 @@ def _metric_lines(v: dict, keras2: bool) -> tuple[list[str], str]:
             return [], ', metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=2)]'
         return [], ', metrics=["mae", keras.metrics.RootMeanSquaredError()]'
     if kind == "lambda":
+
+        def given(name: str) -> str:  # two outputs: for the first, by name (Keras 3 takes no list there)
+            return f', metrics={{"out_a": [{name}]}}' if v["model"] == "multi_io" else f", metrics=[{name}]"
+
         if classify:
             predicted = f"{ops}.cast({ops}.argmax(y_pred, axis=-1), 'int32')"
             true = f"{ops}.cast({ops}.reshape(y_true, [-1]), 'int32')"
             return [
                 "def hit(y_true, y_pred):",
                 f"    return {ops}.cast({ops}.equal({predicted}, {true}), 'float32')",
-            ], ", metrics=[hit]"
+            ], given("hit")
         return [
             "def error(y_true, y_pred):",
             f"    return {ops}.abs({ops}.cast(y_true, y_pred.dtype) - y_pred)",
-        ], ", metrics=[error]"
+        ], given("error")
     if kind == "weighted":
         metric = '"accuracy"' if classify else '"mae"'
         return [], f", weighted_metrics=[{metric}]"
@@ -577,6 +581,8 @@ def _metric_lines(v: dict, keras2: bool) -> tuple[list[str], str]:
 
 def _optimizer_expr(v: dict) -> str:
     rate = {"sgd_momentum": 0.02, "adam": 0.005, "adamw": 0.005, "rmsprop": 0.002}[v["optimizer"]]
+    if v["loss"] == "object_sum" and v["optimizer"] == "sgd_momentum":
+        rate /= 8  # a sum over a batch of 8 steps 8 times a mean's: as its users set it, or it diverges
     rate_expr = f"job.rate({rate})"
     if v["optimizer_option"] == "schedule":
         rate_expr = (
