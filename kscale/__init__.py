@@ -120,6 +120,10 @@ def _startup() -> None:
         from kscale import backends
 
         backends.startup()
+    if not _is_launcher_process():
+        from kscale import tested_versions
+
+        tested_versions.warn_once_if_untested()
 
 
 _startup()
