@@ -144,3 +144,17 @@ def weigh_before_allreduce(wrapped: Any, weigh: Any) -> None:
         return cls._allreduce(self, weigh(list(grads)), variables)
 
     wrapped._allreduce = types.MethodType(_allreduce, wrapped)
+
+
+def accumulates_gradients(wrapped: Any) -> bool:
+    """Whether Horovod's DistributedOptimizer accumulates gradients over backward passes
+    (`backward_passes_per_step` > 1): it then holds an aggregation helper, `_agg_helper`; no public
+    attribute says it."""
+    return wrapped._agg_helper is not None
+
+
+def allreduce(wrapped: Any, gradients: list, variables: list) -> list:
+    """The gradients averaged by Horovod's DistributedOptimizer's own reduction, `_allreduce` (its
+    compression, its rules for local variables, the weighing `weigh_before_allreduce` adds); no public
+    method reduces gradients a train_step hands to `apply_gradients` itself."""
+    return wrapped._allreduce(gradients, variables)

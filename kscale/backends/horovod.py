@@ -257,8 +257,8 @@ def average_every_update(optimizer: Any) -> None:
     `apply_gradients`, which Horovod leaves to Keras (a sum over this process's one replica): those
     gradients were never averaged and the workers drifted apart. Here `aggregate_gradients` averages
     them, unless they are the ones `compute_gradients` already averaged (minimize: no second allreduce).
-    Bound to the object, as Keras binds `train_function`; `_allreduce` is Horovod's own reduction (with
-    its compression and local-variable rules), guarded by tests/unit/test_horovod_private.py.
+    Bound to the object, as Keras binds `train_function`; the reduction is Horovod's own (with its
+    compression and local-variable rules): kscale._horovod_private.allreduce.
     """
     if not hasattr(type(optimizer), "aggregate_gradients"):  # a legacy optimizer: Horovod's own paths
         return
@@ -279,14 +279,14 @@ def average_every_update(optimizer: Any) -> None:
         averaged.clear()
         if already:
             return pairs
-        if self._agg_helper is not None:
+        if _horovod_private.accumulates_gradients(self):
             raise OptionError(
                 "backward_passes_per_step > 1 accumulates the gradients that the optimizer computes "
                 "(minimize, Keras' own train_step), but this train_step calls apply_gradients with "
                 "gradients of its own. Drop backward_passes_per_step, or use the Keras 3 optimizer option "
                 "gradient_accumulation_steps where your stack has it."
             )
-        reduced = iter(self._allreduce([g for g, _ in present], [v for _, v in present]))
+        reduced = iter(_horovod_private.allreduce(self, [g for g, _ in present], [v for _, v in present]))
         return [(g if g is None else next(reduced), v) for g, v in pairs]
 
     optimizer.compute_gradients = types.MethodType(compute_gradients, optimizer)

@@ -115,3 +115,17 @@ def test_the_allreduce_kscale_traces_without_autograph_is_still_horovods_tf_func
     _horovod_private.allreduce_without_autograph(wrapped)
     assert wrapped._allreduce_grads is not original
     assert wrapped._allreduce_grads.python_function is original.python_function
+
+
+def test_a_distributed_optimizer_says_whether_it_accumulates_and_reduces_as_kscale_asks():
+    import inspect
+
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    plain = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1))
+    accumulating = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), backward_passes_per_step=2)
+    assert not _horovod_private.accumulates_gradients(plain)
+    assert _horovod_private.accumulates_gradients(accumulating)
+    # what kscale._horovod_private.allreduce calls (reducing needs hvd.init(): the multiprocess tests do)
+    assert list(inspect.signature(plain._allreduce).parameters) == ["grads", "vars"]
