@@ -105,9 +105,9 @@ class _EpochSeededRandomSampler(torch.utils.data.RandomSampler):
     """A RandomSampler whose order for its e-th pass is drawn from SHUFFLE_SEED + e on every process."""
 
     def __init__(self, sampler: Any):
-        super().__init__(
-            sampler.data_source, replacement=sampler.replacement, num_samples=sampler._num_samples
-        )
+        # The sampler's own count where it was given one; else none, to follow the data's size as it does.
+        given = sampler.num_samples if sampler.num_samples != len(sampler.data_source) else None
+        super().__init__(sampler.data_source, replacement=sampler.replacement, num_samples=given)
         self.generator = torch.Generator()
         self._epoch = 0
 
