@@ -170,6 +170,27 @@ def callback_hook_flags(callback: Any) -> dict[str, Any]:
     }
 
 
+class AnswersBatchHooksOf:
+    """A mixin for a Keras 2 Callback that forwards to another (set with `answer_batch_hooks_as`): it
+    answers CallbackList's questions (`_implements_*_batch_hooks`, `_supports_tf_logs`: private, no public
+    way) as the other does, so Keras skips the batch hooks the other does not have."""
+
+    def _implements_train_batch_hooks(self) -> bool:
+        return self._kscale_hooks["train_batch_hooks"]()
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return self._kscale_hooks["test_batch_hooks"]()
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return self._kscale_hooks["predict_batch_hooks"]()
+
+
+def answer_batch_hooks_as(callback: Any, other: Any) -> None:
+    """Make `callback` (an AnswersBatchHooksOf) answer Keras' batch-hook questions as `other` does."""
+    callback._kscale_hooks = callback_hook_flags(other)
+    callback._supports_tf_logs = callback._kscale_hooks["supports_tf_logs"]
+
+
 def backup_files(backup: Any) -> tuple[str, ...]:
     """The files Keras 3's BackupAndRestore restores from: its weights and its training metadata (the
     epoch to resume at), and the previous pair kept with double_checkpoint. Keras names them in

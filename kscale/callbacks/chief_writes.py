@@ -9,7 +9,7 @@ import tensorflow as tf
 from kscale import _keras_private
 
 
-class ChiefWritesBackup(tf.keras.callbacks.Callback):
+class ChiefWritesBackup(_keras_private.AnswersBatchHooksOf, tf.keras.callbacks.Callback):
     """Forwards every hook to the user's `BackupAndRestore`, except that other workers never write.
 
     Every worker restores from the backup when training starts (so all resume at the same epoch with the
@@ -23,8 +23,7 @@ class ChiefWritesBackup(tf.keras.callbacks.Callback):
         self.backup = backup
         self.is_chief = is_chief
         self._barrier = barrier
-        self._hooks = _keras_private.callback_hook_flags(backup)
-        self._supports_tf_logs = self._hooks["supports_tf_logs"]
+        _keras_private.answer_batch_hooks_as(self, backup)  # Keras calls no batch hook the backup lacks
 
     def set_model(self, model):
         super().set_model(model)
@@ -59,12 +58,3 @@ class ChiefWritesBackup(tf.keras.callbacks.Callback):
         else:
             self._barrier()
             self.backup.on_train_end(logs)
-
-    def _implements_train_batch_hooks(self):
-        return self._hooks["train_batch_hooks"]()
-
-    def _implements_test_batch_hooks(self):
-        return self._hooks["test_batch_hooks"]()
-
-    def _implements_predict_batch_hooks(self):
-        return self._hooks["predict_batch_hooks"]()

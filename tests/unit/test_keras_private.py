@@ -70,6 +70,26 @@ def test_callback_list_calls_batch_hooks_only_when_a_callback_says_it_has_them()
     assert callable(flags["test_batch_hooks"]) and callable(flags["predict_batch_hooks"])
 
 
+class Forwarding(_keras_private.AnswersBatchHooksOf, tf.keras.callbacks.Callback):
+    def __init__(self, other):
+        super().__init__()
+        self.other, self.batches = other, []
+        _keras_private.answer_batch_hooks_as(self, other)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append(batch)
+
+
+def test_a_forwarding_callback_answers_keras_batch_hook_questions_as_the_callback_it_forwards_to():
+    quiet = Forwarding(Recorder(batch_hooks=False))
+    tf.keras.callbacks.CallbackList([quiet]).on_train_batch_end(0, {})
+    assert quiet.batches == []
+    busy = Forwarding(Recorder(batch_hooks=True))
+    tf.keras.callbacks.CallbackList([busy]).on_train_batch_end(0, {})
+    assert busy.batches == [0]
+    assert Forwarding(tf.keras.callbacks.BackupAndRestore("/tmp/unused"))._supports_tf_logs is True
+
+
 def test_on_distribution_loss_scaling_sees_keras_divide_its_loss():
     # Keras' compiled loss divides by the replicas through the one module function kscale wraps.
     calls = []
