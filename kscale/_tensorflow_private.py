@@ -77,3 +77,12 @@ def writing_a_saved_model() -> bool:
     from tensorflow.python.saved_model import save_context
 
     return save_context.in_save_context()
+
+
+def xplane_pb2() -> Any:
+    """The message classes of TensorFlow's profiles (`*.xplane.pb`, an XSpace protocol buffer), read by
+    kscale.bench.communication. Not public API: `tensorflow.tsl.profiler.protobuf.xplane_pb2` (TF 2.15
+    to 2.21 alike); tests/bench/test_communication.py fails when an upgrade moves it."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2 as messages
+
+    return messages

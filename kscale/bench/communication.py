@@ -2,12 +2,12 @@
 profiler for the workers of a `MultiWorkerMirroredStrategy`.
 
 TensorFlow writes a profile (`tf.profiler.experimental.start/stop`) as an XSpace protocol buffer, the
-`*.xplane.pb` that TensorBoard's profile plugin reads. Its message class is not public API: it lives in
-`tensorflow.tsl.profiler.protobuf.xplane_pb2` (TF 2.15 to 2.21 alike), used here only, and
-tests/bench/test_communication.py fails loudly when an upgrade moves it. A collective (CollectiveReduceV2 and
-the other V2 collectives) starts with a `CollectiveOpV2Kernel::Run` event that produces a context id and
-ends with the `CollectiveExecutor::ExecuteAsync::Done` event that consumes it; the span between them is the
-collective in flight (its wait for the other workers included, as a step feels it).
+`*.xplane.pb` that TensorBoard's profile plugin reads. Its message class is not public API
+(kscale._tensorflow_private.xplane_pb2; tests/bench/test_communication.py fails when an upgrade moves
+it). A collective (CollectiveReduceV2 and the other V2 collectives) starts with a
+`CollectiveOpV2Kernel::Run` event that produces a context id and ends with the
+`CollectiveExecutor::ExecuteAsync::Done` event that consumes it; the span between them is the collective
+in flight (its wait for the other workers included, as a step feels it).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import glob
 import json
 import os
 from typing import Any
+
+from kscale import _tensorflow_private
 
 #: The events that open and close one collective, linked by the context id in their `_p` / `_c` stats.
 LAUNCH, DONE = "CollectiveOpV2Kernel::Run", "CollectiveExecutor::ExecuteAsync::Done"
@@ -51,13 +53,6 @@ def allreduce_seconds(path: str) -> float:
     return covered_seconds(spans) / 1e6
 
 
-def _xplane_pb2():
-    # Not public API (see the module's docstring); the one place kscale imports it.
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    return xplane_pb2
-
-
 def profile_file(folder: str) -> str | None:
     """The XSpace file `tf.profiler.experimental.stop()` wrote under `folder` (None if there is none)."""
     found = sorted(glob.glob(os.path.join(folder, "plugins", "profile", "*", "*.xplane.pb")))
@@ -66,7 +61,7 @@ def profile_file(folder: str) -> str | None:
 
 def collective_spans(path: str) -> list[tuple[float, float]]:
     """(start, end) seconds of every collective in the profile's host plane, launch to completion."""
-    space = _xplane_pb2().XSpace()
+    space = _tensorflow_private.xplane_pb2().XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
     launched: dict[int, float] = {}

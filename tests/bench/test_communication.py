@@ -7,6 +7,7 @@ import json
 import pytest
 import tensorflow as tf
 
+from kscale import _tensorflow_private
 from kscale.bench import communication, worker
 
 
@@ -33,7 +34,7 @@ def test_allreduce_time_is_the_union_of_overlapping_allreduces_without_negotiati
 
 def test_the_xspace_message_class_is_where_kscale_imports_it():
     # Not public API: when an upgrade moves it, this fails first (kscale bench's multi_worker split uses it).
-    assert communication._xplane_pb2().XSpace().planes is not None
+    assert _tensorflow_private.xplane_pb2().XSpace().planes is not None
 
 
 def test_collective_time_from_a_tensorflow_profile_of_real_collectives(tmp_path):
