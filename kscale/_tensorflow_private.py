@@ -86,3 +86,88 @@ def xplane_pb2() -> Any:
     from tensorflow.tsl.profiler.protobuf import xplane_pb2 as messages
 
     return messages
+
+
+# -- a dataset's graph: what it reads and how it shuffles -------------------------------------------------------
+# tf.data says neither publicly. Its graph (DatasetToGraphV2) names its ops and their inputs: the file
+# readers' op names, a shuffle op's seeds as its 3rd and 4th inputs. tests/unit/test_tf_data.py checks both
+# in the lanes with TensorFlow.
+
+
+def _dataset_graph(dataset: Any) -> Any:
+    """The GraphDef of `dataset`, or None where TensorFlow cannot show it (stateful functions)."""
+    import tensorflow as tf
+
+    try:
+        serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset))
+    except (tf.errors.OpError, ValueError, TypeError):
+        return None
+    return tf.compat.v1.GraphDef.FromString(serialized.numpy())
+
+
+# Datasets that read files: TensorFlow's file readers, and the reader inside TFRecordDataset(list).
+_FILE_READERS = frozenset(
+    {
+        "TFRecordDataset",
+        "TFRecordDatasetV2",
+        "TextLineDataset",
+        "FixedLengthRecordDataset",
+        "FixedLengthRecordDatasetV2",
+    }
+)
+
+
+def dataset_files_read(dataset: Any) -> int | None:
+    """How many files `dataset` reads, when it reads a list of files known when it was built (what
+    tf.data's FILE auto-shard splits among workers); None for any other dataset, or when TensorFlow
+    cannot show its graph (stateful functions)."""
+    graph = _dataset_graph(dataset)
+    if graph is None:
+        return None
+    ops = {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    if not ops & _FILE_READERS:
+        return None
+    import tensorflow as tf
+
+    nodes = {node.name: node for node in graph.node}
+    counts = []
+    for node in graph.node:  # the list of file names: a constant sliced into a dataset
+        source = nodes.get(node.input[0].split(":")[0]) if node.op == "TensorSliceDataset" else None
+        value = source.attr["value"].tensor if source is not None and source.op == "Const" else None
+        if value is not None and value.dtype == tf.string.as_datatype_enum and value.tensor_shape.dim:
+            counts.append(value.tensor_shape.dim[0].size)
+    return min(counts) if counts else None
+
+
+_SHUFFLES = frozenset(
+    {
+        "ShuffleDataset",
+        "ShuffleDatasetV2",
+        "ShuffleDatasetV3",
+        "ShuffleAndRepeatDataset",
+        "ShuffleAndRepeatDatasetV2",
+    }
+)
+
+
+def dataset_shuffle_seeds(dataset: Any) -> list[tuple[int | None, int | None]] | None:
+    """The (seed, seed2) of every shuffle() in `dataset` (in functions too: interleave's), which decide the
+    orders it draws: (0, 0) for one without a seed, whose orders each process draws at random. None
+    where TensorFlow cannot show the dataset's graph."""
+    graph = _dataset_graph(dataset)
+    if graph is None:
+        return None
+    import tensorflow as tf
+
+    seeds = []
+    for nodes in [list(graph.node), *(list(f.node_def) for f in graph.library.function)]:
+        named = {node.name: node for node in nodes}
+        for node in nodes:
+            if node.op in _SHUFFLES:
+                pair = []
+                for name in node.input[2:4]:
+                    source = named.get(name.split(":")[0])
+                    constant = source is not None and source.op == "Const"
+                    pair.append(int(tf.make_ndarray(source.attr["value"].tensor)) if constant else None)
+                seeds.append(tuple(pair))
+    return seeds

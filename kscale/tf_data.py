@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kscale import _tensorflow_private
 from kscale._tensorflow_private import batched_samples
 from kscale.errors import DataError
 from kscale.sharding import (
@@ -186,79 +187,11 @@ def _last_step_shared(
     return shared.apply(tf.data.experimental.assert_cardinality(steps * items_per_worker))
 
 
-# Datasets that read files: TensorFlow's file readers, and the reader inside TFRecordDataset(list).
-_FILE_READERS = frozenset(
-    {
-        "TFRecordDataset",
-        "TFRecordDatasetV2",
-        "TextLineDataset",
-        "FixedLengthRecordDataset",
-        "FixedLengthRecordDatasetV2",
-    }
-)
-
-
-def files_read(dataset: tf.data.Dataset) -> int | None:
-    """How many files `dataset` reads, when it reads a list of files known when it was built (what
-    tf.data's FILE auto-shard splits among workers); None for any other dataset, or when TensorFlow
-    cannot show its graph (stateful functions)."""
-    try:
-        serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset))
-    except (tf.errors.OpError, ValueError, TypeError):
-        return None
-    graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
-    ops = {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
-    if not ops & _FILE_READERS:
-        return None
-    nodes = {node.name: node for node in graph.node}
-    counts = []
-    for node in graph.node:  # the list of file names: a constant sliced into a dataset
-        source = nodes.get(node.input[0].split(":")[0]) if node.op == "TensorSliceDataset" else None
-        value = source.attr["value"].tensor if source is not None and source.op == "Const" else None
-        if value is not None and value.dtype == tf.string.as_datatype_enum and value.tensor_shape.dim:
-            counts.append(value.tensor_shape.dim[0].size)
-    return min(counts) if counts else None
-
-
-_SHUFFLES = frozenset(
-    {
-        "ShuffleDataset",
-        "ShuffleDatasetV2",
-        "ShuffleDatasetV3",
-        "ShuffleAndRepeatDataset",
-        "ShuffleAndRepeatDatasetV2",
-    }
-)
-
-
-def shuffle_seeds(dataset: tf.data.Dataset) -> list[tuple[int | None, int | None]] | None:
-    """The (seed, seed2) of every shuffle() in `dataset` (in functions too: interleave's), which decide the
-    orders it draws: (0, 0) for one without a seed, whose orders each process draws at random. None
-    where TensorFlow cannot show the dataset's graph."""
-    try:
-        serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset))
-    except (tf.errors.OpError, ValueError, TypeError):
-        return None
-    graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
-    seeds = []
-    for nodes in [list(graph.node), *(list(f.node_def) for f in graph.library.function)]:
-        named = {node.name: node for node in nodes}
-        for node in nodes:
-            if node.op in _SHUFFLES:
-                pair = []
-                for name in node.input[2:4]:
-                    source = named.get(name.split(":")[0])
-                    constant = source is not None and source.op == "Const"
-                    pair.append(int(tf.make_ndarray(source.attr["value"].tensor)) if constant else None)
-                seeds.append(tuple(pair))
-    return seeds
-
-
 def _order_fingerprint(dataset: tf.data.Dataset, what: str) -> list[np.ndarray] | None:
     """What the workers compare before cutting a dataset by batch (worker r takes batches r, r+N, ... of
     the order it reads, so every worker must read the same orders): its shuffles' seeds. A shuffle without
     one draws its own order on every worker: a DataError."""
-    seeds = shuffle_seeds(dataset)
+    seeds = _tensorflow_private.dataset_shuffle_seeds(dataset)
     if seeds is None:
         return None
     if (0, 0) in seeds:
@@ -533,7 +466,7 @@ def worker_part(
         # each worker reads its own files where it can (steps_per_epoch keeps the workers in step).
         endless = batches is None or batches < 0
         by_file = policy == AutoShardPolicy.FILE or (policy in _FILE_WHERE_POSSIBLE and endless)
-        files = files_read(x) if shard.count > 1 and by_file else None
+        files = _tensorflow_private.dataset_files_read(x) if shard.count > 1 and by_file else None
         dense = all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(x.element_spec))
         if (
             shard.count > 1

@@ -411,8 +411,9 @@ def test_a_dataset_that_reads_files_is_sharded_by_file_each_worker_reading_its_s
 
 
 def test_file_sharding_is_named_in_the_plan_and_falls_back_to_batches_with_too_few_files(tmp_path):
+    from kscale._tensorflow_private import dataset_files_read as files_read
     from kscale.sharding import FeedRequest
-    from kscale.tf_data import files_read, worker_part
+    from kscale.tf_data import worker_part
 
     paths = _tfrecords(tmp_path, files=3)
     request = FeedRequest(10, False, 5, "training data", "shard", Shard(0, 2))
@@ -490,8 +491,9 @@ def test_arrays_cut_in_each_steps_slices_for_the_replicas_the_last_step_too(samp
 def test_shuffle_seeds_are_read_from_the_dataset_and_an_unseeded_shuffle_cannot_be_cut_by_batch():
     """Worker r takes batches r, r+N, ... of the order it reads: the workers compare their shuffles' seeds,
     and a shuffle without one (each worker its own order) is a DataError before any worker trains."""
+    from kscale._tensorflow_private import dataset_shuffle_seeds as shuffle_seeds
     from kscale.sharding import FeedRequest
-    from kscale.tf_data import shuffle_seeds, worker_part
+    from kscale.tf_data import worker_part
 
     def shuffled(seed=None):
         return tf.data.Dataset.range(16).shuffle(16, seed=seed).batch(2)
