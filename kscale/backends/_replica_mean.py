@@ -81,7 +81,7 @@ def watch_steps(model: Any, base: type, several_workers: bool = False) -> None:
     if "_kscale_watched_step" in vars(model):
         return
     own_train, own_test = type(model).train_step, type(model).test_step
-    keras2_sum = getattr(model, "_distribute_reduction_method", "") is None  # Keras 2's "auto": a sum
+    keras2_sum = getattr(model, "distribute_reduction_method", None) == "auto"  # Keras 2's "auto": a sum
     own_steps = own_train is not base.train_step or own_test is not base.test_step
     mean_outputs = keras2_sum and own_steps
     if keras2_sum and several_workers and not own_steps:
