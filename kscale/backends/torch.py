@@ -104,6 +104,7 @@ class TorchBackend(Backend):
         """The user's model itself, with the chief's weights (and optimizer state, if it has any yet)."""
         _check_on_this_processes_gpu(model)
         if self.num_workers > 1:
+            _check_no_keras_data_parallel(model)
             optimizer_variables = list(getattr(model.optimizer, "variables", None) or [])
             self._broadcast([*model.variables, *optimizer_variables])
         return model
@@ -219,6 +220,21 @@ def _check_on_this_processes_gpu(model: Any) -> None:
             f"the model's variables are on cuda:{min(elsewhere)}, but this process trains on cuda:{mine} (one "
             "GPU per process): the model was built before `import kscale` gave this process its GPU. Put "
             "`import kscale` at the top of the script, before building the model."
+        )
+
+
+def _check_no_keras_data_parallel(model: Any) -> None:
+    """Keras' development branch (3.16.0.dev) wraps a torch model in DistributedDataParallel whenever
+    torch.distributed is initialized (its trainer's `ddp_model`) and sums every metric variable over the
+    processes when results are read. Under kscale, which does both its own way, DDP's unweighted average
+    came before kscale weighs a last step shared unevenly (sum_reduction 0.0072 off) and a metric of
+    declared maximum states hung. Until kscale hands that to Keras on purpose: stop, saying what works."""
+    if hasattr(model, "ddp_model"):
+        raise BackendError(
+            "this Keras wraps torch models in DistributedDataParallel itself (its trainer has `ddp_model`: "
+            "Keras 3.16 and later), which kscale's torch backend does not work with yet: gradients would be "
+            "averaged twice and a shared last step weighed wrongly. Install keras==3.15.* (tested), or train "
+            "without kscale under torchrun, where Keras' own data parallelism applies."
         )
 
 
