@@ -467,9 +467,11 @@ def _epoch_orders(
     model: Any, state: _State, request: FeedRequest, shuffle: Any, arrays: tuple
 ) -> tuple[np.ndarray | None, Callable[[], None] | None]:
     """Shuffled training arrays, cut among replicas: the order of the samples in each epoch, as one
-    process's fit draws it. The chief draws them through Keras' own array adapter, from the random state
-    Keras draws from (so that the seeded script's orders are one process's, and the user's random stream
-    goes on as there), and every worker gets them (one broadcast per fit); the others draw nothing. None
+    process's fit draws it. Every worker draws them through Keras' own array adapter, from the random state
+    Keras draws from (so that the seeded script's orders are one process's, and every worker's random
+    stream goes on as there: Keras 3 seeds each initializer from Python's `random`, and on JAX a model
+    built later, load_model's too, must start alike everywhere), and the chief's draw is the one every
+    worker uses (one broadcast per fit: an unseeded script's workers draw others). None
     where Keras' own shuffle serves (one replica), or no order is drawn per epoch (steps_per_epoch given:
     Keras goes on with one order across epochs). With them, what to do when fit ends (or None): put the
     random state back as one process's fit leaves it (_keras_private.array_orders)."""
@@ -481,20 +483,14 @@ def _epoch_orders(
         return None, None
     if isinstance(x, backend.keras_module().utils.Sequence):  # a PyDataset: the order of its batches
         count = math.ceil(len(x) / backend.num_replicas)  # one process's, at the global batch
-        drawn = backend.family.batch_orders(model, count, request.epochs) if backend.is_chief else None
-        return backend.broadcast(
-            np.zeros((request.epochs, count), np.int64) if drawn is None else drawn
-        ), None
+        drawn = backend.family.batch_orders(model, count, request.epochs)
+        return backend.broadcast(np.asarray(drawn, np.int64)), None
     if not is_array_data(x):
         return None, None
     count = num_samples(*[a for a in arrays if a is not None])
-    if backend.is_chief:
-        global_batch = request.per_replica * backend.num_replicas
-        drawn, after = backend.family.epoch_orders(model, count, global_batch, request.epochs, shuffle)
-        drawn = np.asarray(drawn, np.int64)
-    else:
-        drawn, after = np.zeros((request.epochs, count), np.int64), None
-    return backend.broadcast(drawn), after
+    global_batch = request.per_replica * backend.num_replicas
+    drawn, after = backend.family.epoch_orders(model, count, global_batch, request.epochs, shuffle)
+    return backend.broadcast(np.asarray(drawn, np.int64)), after
 
 
 def _with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, arguments: dict) -> tuple:
