@@ -141,16 +141,21 @@ def like(weight: Any, gradient: Any) -> Any:
     return tf.cast(weight, gradient.dtype)
 
 
+def _with_share(args: tuple, kwargs: dict) -> dict:
+    """A Mean's update_state arguments, given this replica's share of the step as the sample weight of a
+    number for the whole step (a tensor of no dimension) that comes without one."""
+    weight = current()
+    one_number = len(args) == 1 and len(getattr(args[0], "shape", (1,))) == 0
+    if one_number and weight is not None and kwargs.get("sample_weight") is None:
+        kwargs = {**kwargs, "sample_weight": like(weight, args[0])}
+    return kwargs
+
+
 def _weighed_update(update_state: Callable[..., Any]) -> Callable[..., Any]:
-    """`update_state` (a Mean's), given this replica's share of the step as the sample weight of a number
-    for the whole step (a tensor of no dimension) that comes without one."""
+    """tf.keras: `update_state` as bound on a metric instance, its arguments `_with_share`."""
 
     def weighed(*args: Any, **kwargs: Any) -> Any:
-        weight = current()
-        one_number = len(args) == 1 and len(getattr(args[0], "shape", (1,))) == 0
-        if one_number and weight is not None and kwargs.get("sample_weight") is None:
-            kwargs["sample_weight"] = like(weight, args[0])
-        return update_state(*args, **kwargs)
+        return update_state(*args, **_with_share(args, kwargs))
 
     weighed._kscale_weighed = True
     return weighed
@@ -158,8 +163,10 @@ def _weighed_update(update_state: Callable[..., Any]) -> Callable[..., Any]:
 
 @functools.cache
 def _weighted_mean_class(base: type) -> type:
+    """Keras 3: `base` (a Mean class) whose update_state takes its arguments `_with_share`."""
+
     def update_state(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return _weighed_update(functools.partial(base.update_state, self))(*args, **kwargs)
+        return base.update_state(self, *args, **_with_share(args, kwargs))
 
     namespace = {"update_state": update_state, "_kscale_weighed": True, "__module__": base.__module__}
     return type(base.__name__, (base,), namespace)
