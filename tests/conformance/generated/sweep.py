@@ -24,9 +24,12 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.conformance import compare, harness  # noqa: E402
+from tests.conformance.generated import conditioning  # noqa: E402
 from tests.conformance.generated.compose import AXES, compose  # noqa: E402
 from tests.conformance.test_conformance import RUNNER, WAYS, lane_ways  # noqa: E402
 
+#: The verdict of weights that differ from one process (compare.check's words).
+DIFFER = "differ from one process"
 #: Seconds a chunk's launch may take per program before it counts as hung (a program takes 1-20 s).
 PER_PROGRAM = 120
 
@@ -88,6 +91,28 @@ def run_chunk(names: list[str], source: Path, out: Path, ways: list[str]) -> dic
     return verdicts
 
 
+def add_conditioning(verdicts: dict[str, dict[str, str]], out: Path) -> None:
+    """Beside each verdict of weights that differ: how far one process moves from itself when its initial
+    weights change by rounding (conditioning.py): above the program's tolerance, rounding alone decides."""
+    differing = sorted(name for name in verdicts if any(DIFFER in v for v in verdicts[name].values()))
+    if not differing:
+        return
+    found = out / "conditioning.json"
+    command = [sys.executable, "-m", "tests.conformance.generated.conditioning", str(out / "programs")]
+    launch(
+        [*command, ",".join(differing), str(found)], PER_PROGRAM * len(differing), out / "conditioning.log"
+    )
+    spreads = json.loads(found.read_text()) if found.exists() else {}
+    for name in differing:
+        spread = spreads.get(name, "not measured (conditioning.log)")
+        if isinstance(spread, float):
+            tolerance = compare.program_module(name, out / "programs").TOLERANCE
+            spread = f"{spread:.3g}" + (" > its tolerance: ill-conditioned" if spread > tolerance else "")
+        for way, verdict in verdicts[name].items():
+            if DIFFER in verdict:
+                verdicts[name][way] = f"{verdict} [one process nudged by {conditioning.NUDGE:g}: {spread}]"
+
+
 def report(values: dict[str, dict], verdicts: dict[str, dict[str, str]], ways: list[str]) -> str:
     """Pass rates for the lane, per way and per axis value, and the failures."""
     lines = [f"# Generated programs: {harness.FAMILY}", ""]
@@ -139,6 +164,7 @@ def main() -> int:
             f"({time.time() - started:.0f} s)",
             flush=True,
         )
+    add_conditioning(verdicts, out)
     (out / "report.json").write_text(
         json.dumps({"family": harness.FAMILY, "ways": ways, "values": values, "verdicts": verdicts}, indent=1)
     )
