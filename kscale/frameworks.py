@@ -51,7 +51,8 @@ def version_of(distribution: str) -> tuple[int, ...] | None:
     return tuple(numbers)
 
 
-def _tensorflow_version() -> tuple[int, ...] | None:
+def tensorflow_version() -> tuple[int, ...] | None:
+    """The installed TensorFlow's version, whichever build is installed (CPU, macOS, nightly), or None."""
     for distribution in ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly"):
         found = version_of(distribution)
         if found:
@@ -64,7 +65,7 @@ def tf_keras_is_keras_2() -> bool:
 
     Where TensorFlow has already decided what tf.keras is, its decision (the variable may have been set
     after it: Ray's TensorflowTrainer sets it in workers whose tf.keras is Keras 3 all the same)."""
-    tf_version = _tensorflow_version()
+    tf_version = tensorflow_version()
     if tf_version is None:
         return False
     if tf_version[:2] < _FIRST_TF_WITH_KERAS_3:
@@ -103,7 +104,7 @@ def keras_3_backend() -> str:
 def legacy_keras_needed() -> bool:
     """Horovod and MultiWorkerMirroredStrategy need Keras 2 here: TF >= 2.16 with tf_keras installed (and
     TF_USE_LEGACY_KERAS not set to something else)."""
-    tf_version = _tensorflow_version()
+    tf_version = tensorflow_version()
     return (
         tf_version is not None
         and tf_version[:2] >= _FIRST_TF_WITH_KERAS_3

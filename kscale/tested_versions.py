@@ -20,19 +20,14 @@ TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "jax": ((0, 12), (0, 12)),
     "horovod": ((0, 28), (0, 28)),
 }
-_ALSO = {"tensorflow-cpu": "tensorflow"}
-
 _warned = False
 
 
 def installed() -> dict[str, tuple[int, ...]]:
-    """The installed versions of the distributions in TESTED (TensorFlow's CPU build as `tensorflow`)."""
-    found: dict[str, tuple[int, ...]] = {}
-    for distribution in [*TESTED, *_ALSO]:
-        version = frameworks.version_of(distribution)
-        if version:
-            found.setdefault(_ALSO.get(distribution, distribution), version)
-    return found
+    """The installed versions of the distributions in TESTED (any TensorFlow build as `tensorflow`)."""
+    found = {name: frameworks.version_of(name) for name in TESTED if name != "tensorflow"}
+    found["tensorflow"] = frameworks.tensorflow_version()
+    return {name: version for name, version in found.items() if version}
 
 
 def untested(versions: dict[str, tuple[int, ...]]) -> list[str]:

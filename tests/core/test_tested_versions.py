@@ -43,3 +43,9 @@ def test_this_lanes_frameworks_are_the_tested_versions(warnings_said):
     assert tested_versions.untested(tested_versions.installed()) == []
     tested_versions.warn_once_if_untested()
     assert warnings_said == []
+
+
+def test_any_tensorflow_build_counts_as_tensorflow(monkeypatch):
+    monkeypatch.setattr(tested_versions.frameworks, "tensorflow_version", lambda: (2, 22, 0))
+    monkeypatch.setattr(tested_versions.frameworks, "version_of", lambda name: None)
+    assert tested_versions.installed() == {"tensorflow": (2, 22, 0)}
