@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import tempfile
 import weakref
 from collections.abc import Callable
@@ -13,6 +15,31 @@ import numpy as np
 
 from kscale import _keras_private, checkpoint_io
 from kscale.errors import BackendError
+
+SCRATCH_PREFIX = "kscale-backup-"
+
+
+def scratch_folder() -> str:
+    """A new folder for this process's own backup, named by host and process; first, the folders of this
+    host's processes that no longer run are deleted: a worker killed (a preemption, SIGKILL) runs no
+    finalizer, and each kill left its backup (weights and optimizer state) in the temporary folder."""
+    root, host = tempfile.gettempdir(), socket.gethostname()
+    mine = f"{SCRATCH_PREFIX}{host}-"
+    for entry in os.scandir(root):
+        pid = entry.name[len(mine) :].split("-")[0]
+        if entry.name.startswith(mine) and pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class SharedBackup(keras.callbacks.Callback):
@@ -43,7 +70,7 @@ class SharedBackup(keras.callbacks.Callback):
         self._scratch: str | None = None
         self._writer = backup
         if not is_chief:
-            self._scratch = tempfile.mkdtemp(prefix="kscale-backup-")
+            self._scratch = scratch_folder()
             # Also when fit ends on an error (Keras then skips on_train_end).
             weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
             self._writer = keras.callbacks.BackupAndRestore(
