@@ -112,7 +112,7 @@ def distribute(model: Any, **options: Any) -> Any:
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
     with seeding.users_random_state_kept():
         placed = backend.place_model(model)
-    backend.watch_step_weights(placed)
+    backend.family.watch_step_weights(placed, backend.loss_replicas)
     plan = Plan(
         backend=backend.name,
         num_workers=backend.num_workers,
@@ -130,7 +130,8 @@ def distribute(model: Any, **options: Any) -> Any:
         _adopt_own_compile(placed, optimizer)
         return placed
     placed.compile(optimizer=optimizer, **args)  # kscale's compile: scales and wraps the optimizer
-    backend.carry_optimizer_state(optimizer, placed)  # a loaded checkpoint's momentum, moments and steps
+    # A loaded checkpoint's momentum, moments and steps
+    backend.family.carry_optimizer_state(backend, optimizer, placed)
     return placed
 
 
@@ -163,10 +164,10 @@ def _adopt_own_compile(model: Any, optimizer: Any) -> None:
         keras_compile = functools.partial(state.backend.keras_module().Model.compile, model)
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
         _compile_optimizer(model, keras_compile, optimizer, args)
-        state.backend.carry_optimizer_state(optimizer, model)
+        state.backend.family.carry_optimizer_state(state.backend, optimizer, model)
     else:
         state.scales_model_optimizer = False
-    state.backend.allow_own_losses(model)
+    state.backend.family.allow_own_losses(model)
     _prepare_own_optimizers(model)
 
 
@@ -179,7 +180,7 @@ def _prepare_own_optimizers(model: Any) -> None:
     rates = backend.family.rates
     listed = []
     for name, value in list(vars(model).items()):
-        if name.startswith("_") or name == "optimizer" or not backend.is_optimizer(value):
+        if name.startswith("_") or name == "optimizer" or not backend.family.is_optimizer(value):
             continue
         known = state.own_optimizers.get(name)
         if known is None or value is not known[1]:  # the user's, new to kscale
@@ -188,7 +189,7 @@ def _prepare_own_optimizers(model: Any) -> None:
             rates.attach_scaling(prepared, _scaling(state))
             setattr(model, name, prepared)
             known = state.own_optimizers[name] = (value, prepared)
-        rate = backend.learning_rate_of(known[0])
+        rate = backend.family.learning_rate_of(known[0])
         listed.append((name, describe(rate, rates.SCHEDULE), _applied(state, rate)))
     _set_plan(model, dataclasses.replace(state.plan, own_optimizers=tuple(listed)))
 
@@ -291,7 +292,7 @@ def _compile(self, *args: Any, **kwargs: Any) -> None:
         arguments = _arguments(self, "compile", args, kwargs)
         optimizer = arguments.pop("optimizer", "rmsprop")
         _compile_optimizer(self, _keras(self, "compile"), optimizer, arguments)
-    backend.allow_own_losses(self)  # whatever compile set (a Distiller's student_loss_fn)
+    backend.family.allow_own_losses(self)  # whatever compile set (a Distiller's student_loss_fn)
     _prepare_own_optimizers(self)
 
 
@@ -301,8 +302,8 @@ def _compile_optimizer(model: Any, compile_fn: Callable[..., None], optimizer: A
     state = _state(model)
     backend, opts = state.backend, state.options
     rates = backend.family.rates
-    optimizer = backend.resolve_optimizer(optimizer)
-    rate = backend.learning_rate_of(optimizer)
+    optimizer = backend.family.resolve_optimizer(optimizer)
+    rate = backend.family.learning_rate_of(optimizer)
     if backend.loss_replicas > 1:
         loss_reduction.check_compiled(flatten(arguments.get("loss")), (None, "none"))
     backend.compile(compile_fn, optimizer, arguments, state.backend_options)
@@ -338,7 +339,7 @@ def _fit_in_this_world(
         a["initial_epoch"] = initial_epoch
     _replan_world(self)
     x, y, sample_weight = a.get("x"), a.get("y"), a.get("sample_weight")
-    backend.build_on_first_batch(self, x)
+    backend.family.build_on_first_batch(backend, self, x)
     epochs, user_steps = a.get("epochs", 1), a.get("steps_per_epoch")
     per_replica = _per_replica_batch(state, a.get("batch_size"))
     if opts.data_policy is DataPolicy.DIVIDE_EPOCHS:
@@ -518,7 +519,9 @@ def _replan_world(model: Any) -> None:
         if getattr(model, "train_function", None) is not None:
             model.make_train_function(force=True)
     after = (
-        _applied(state, backend.learning_rate_of(model.optimizer)) if state.scales_model_optimizer else None
+        _applied(state, backend.family.learning_rate_of(model.optimizer))
+        if state.scales_model_optimizer
+        else None
     )
     _set_plan(
         model,
@@ -540,7 +543,7 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
 
     backend = state.backend
     a = _arguments(self, "evaluate", args, kwargs)
-    backend.build_on_first_batch(self, a.get("x"))
+    backend.family.build_on_first_batch(backend, self, a.get("x"))
     per_replica = _per_replica_batch(state, a.get("batch_size"))
     whole = backend.evaluates_whole(a.get("x"))
     request = _request(state, per_replica, False, a.get("steps"), "evaluation data", True, whole)
@@ -558,7 +561,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict on all of `x` on every worker (so every rank gets the full result)."""
     state = _state(self)
     a = _arguments(self, "predict", args, kwargs)
-    state.backend.build_on_first_batch(self, a.get("x"))
+    state.backend.family.build_on_first_batch(state.backend, self, a.get("x"))
     if a.get("batch_size") is not None:
         a["batch_size"] = state.backend.predict_batch_size(_per_replica_batch(state, a["batch_size"]))
     _quiet_unless_chief(a, state.backend)
@@ -570,7 +573,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
 def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict_on_batch on the batch this worker passes, on this worker."""
     a, state = _arguments(self, "predict_on_batch", args, kwargs), _state(self)
-    state.backend.build_on_first_batch(self, a.get("x"))
+    state.backend.family.build_on_first_batch(state.backend, self, a.get("x"))
     keras_method = _keras(self, "predict_on_batch")
     return state.backend.predict(self, "predict_on_batch", keras_method, a, state.backend_options)
 
@@ -637,7 +640,7 @@ def _averaged(model: Any, name: str, arguments: dict, whole: bool = False) -> An
     `whole`: evaluate's data is all of it on every process (Backend.evaluates_whole)."""
     return_dict = arguments.get("return_dict", False)
     state = _state(model)
-    state.backend.build_on_first_batch(model, arguments.get("x"))
+    state.backend.family.build_on_first_batch(state.backend, model, arguments.get("x"))
     arguments = {**arguments, "return_dict": True}
     if name == "evaluate":
         logs = combined = state.backend.evaluate(model, _keras(model, name), arguments, whole)

@@ -112,7 +112,7 @@ class StrategyBackend(Backend):
         except ValueError:  # Keras 2, built on its first batch: no weights yet (see build_on_first_batch)
             arrays = []
         weights = first_replica_arrays(self.strategy, arrays) if several else None
-        return self.rebuild_in(model, self.strategy, weights=weights)
+        return self.family.rebuild_in(model, self.strategy, weights=weights)
 
     def model_notes(self, model: Any) -> list[str]:
         return self.family.strategy_model_notes(model)
@@ -132,7 +132,7 @@ class StrategyBackend(Backend):
         with self.strategy.scope():
             compile_fn(
                 optimizer=self.optimizer_for(optimizer, options),
-                **self.fresh_compile_args(args, self.strategy),
+                **self.family.fresh_compile_args(args, self.strategy),
             )
 
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:

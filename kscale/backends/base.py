@@ -154,42 +154,10 @@ class Backend(abc.ABC):
         """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
         return model
 
-    def watch_step_weights(self, model: Any) -> None:
-        """Make the model's training step take a replica's gradient weight off the batches that carry one
-        (a last step shared unevenly: kscale.step_weights) before Keras or the user's train_step sees them."""
-        self.family.watch_step_weights(model, self.loss_replicas)
-
     @property
     def loss_replicas(self) -> int:
         """How many replicas compute a step's loss, each on its slice (kscale.loss_reduction)."""
         return self.num_replicas if self.replica_losses else 1
-
-    def build_on_first_batch(self, model: Any, x: Any) -> None:
-        """Build a model that has no weights yet (no input shape) from the first batch of `x`, where the
-        family needs its weights before Keras would create them, with the same values on every worker."""
-        self.family.build_on_first_batch(self, model, x)
-
-    def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
-        """The same model built in `owner.scope()` (a strategy or a keras.distribution), with its weights
-        (or `weights`)."""
-        return self.family.rebuild_in(model, owner, weights)
-
-    def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
-        """compile() arguments whose loss and metric objects are new instances (created where used), but
-        the metrics already in `strategy`, which stay the user's own."""
-        return self.family.fresh_compile_args(args, strategy)
-
-    def is_optimizer(self, value: Any) -> bool:
-        """Whether `value` is an optimizer of this Keras family (one the model holds as an attribute)."""
-        return self.family.is_optimizer(value)
-
-    def resolve_optimizer(self, optimizer: Any) -> Any:
-        """An optimizer object for what compile() accepts (an object, or a name such as 'adam')."""
-        return self.family.resolve_optimizer(optimizer)
-
-    def learning_rate_of(self, optimizer: Any) -> Any:
-        """The optimizer's learning rate as the user gave it: a float or a schedule."""
-        return self.family.learning_rate_of(optimizer)
 
     def compile(self, compile_fn: Callable[..., None], optimizer: Any, args: dict, options: Any) -> None:
         """Compile with `optimizer` in the form this backend trains it."""
@@ -199,15 +167,6 @@ class Backend(abc.ABC):
         """The optimizer compile() gets: the user's (applying its rate scaled), and whatever this backend
         wraps it in."""
         return self.family.optimizer_for(optimizer, options)
-
-    def allow_own_losses(self, model: Any) -> None:
-        """Loss objects the model holds for its own train_step may reduce over each replica's batch (kscale
-        averages the gradients of a loss Keras did not divide)."""
-        self.family.allow_own_losses(model)
-
-    def carry_optimizer_state(self, old_optimizer: Any, model: Any) -> None:
-        """Give the model's newly compiled optimizer the state (steps, slots) of the one it replaced."""
-        self.family.carry_optimizer_state(self, old_optimizer, model)
 
     # -- data -------------------------------------------------------------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:

@@ -135,7 +135,7 @@ class JaxBackend(Backend):
         if all(_on_every_device(v, self.num_replicas) for v in model.weights):
             return model
         if self.num_workers == 1:
-            return self.rebuild_in(model, self)
+            return self.family.rebuild_in(model, self)
         # Every process must create the copy's variables with the same values (JAX checks it): draw them
         # from the same seed everywhere, then load the chief's weights. Keras' own initialize() seeds its
         # generator the same way on every process for the same reason.
@@ -144,7 +144,7 @@ class JaxBackend(Backend):
         chief = multihost_utils.broadcast_one_to_all([np.asarray(w) for w in model.get_weights()])
         seed = int(multihost_utils.broadcast_one_to_all(np.int32(np.random.randint(2**31 - 1))))
         keras.utils.set_random_seed(seed)
-        return self.rebuild_in(model, self, weights=chief)
+        return self.family.rebuild_in(model, self, weights=chief)
 
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         """The family's optimizer, whose update (`stateless_apply`, where Keras' JAX trainer and a JAX
