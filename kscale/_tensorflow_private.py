@@ -150,6 +150,20 @@ _SHUFFLES = frozenset(
 )
 
 
+def dataset_reshuffles(dataset: Any) -> bool | None:
+    """Whether a shuffle() in `dataset` (in functions too) draws a new order for every iterator made of it
+    (`reshuffle_each_iteration`, its default). None where TensorFlow cannot show the dataset's graph."""
+    graph = _dataset_graph(dataset)
+    if graph is None:
+        return None
+    for nodes in [list(graph.node), *(list(f.node_def) for f in graph.library.function)]:
+        for node in nodes:
+            attr = node.attr.get("reshuffle_each_iteration") if node.op in _SHUFFLES else None
+            if attr is not None and attr.b:
+                return True
+    return False
+
+
 def dataset_shuffle_seeds(dataset: Any) -> list[tuple[int | None, int | None]] | None:
     """The (seed, seed2) of every shuffle() in `dataset` (in functions too: interleave's), which decide the
     orders it draws: (0, 0) for one without a seed, whose orders each process draws at random. None

@@ -414,7 +414,12 @@ def _fit_in_this_world(
     declared = bool(metric_states.declared_reductions(metrics))
     a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or []), declared), *callbacks, *done]
     with backend.keras_steps():
-        return _keras(self, "fit")(**a)
+        try:
+            return _keras(self, "fit")(**a)
+        except BaseException:
+            if feed.after_error is not None:
+                feed.after_error()
+            raise
 
 
 def _metric_objects(model: Any) -> list:

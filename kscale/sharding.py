@@ -226,6 +226,8 @@ class Feed:
     shuffle: bool | None = None  # what Keras' own `shuffle` must be, where the feed shuffles itself
     #: what to do when training ends (the feed's own bookkeeping of the user's data), or None
     after_training: Callable[[], None] | None = None
+    #: what to do when fit stops on an error (Keras then skips on_train_end), or None
+    after_error: Callable[[], None] | None = None
     #: arrays every worker must have read alike (WorkerPart.fingerprint), compared before training
     fingerprint: list | None = None
 

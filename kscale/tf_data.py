@@ -5,6 +5,7 @@ tf.data inputs on TensorFlow)."""
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -401,6 +402,31 @@ def of_unknown_length(dataset: tf.data.Dataset) -> tf.data.Dataset:
     prefetch took meanwhile (batches of a generator, a Sequence's pass, an order of a reshuffling
     shuffle()) is never given again: the next evaluation would read other batches than one process."""
     return dataset.filter(lambda *_: True)
+
+
+#: The user's datasets whose fit stopped on an error while kscale read them in one process's orders.
+_CUT_SHORT: weakref.WeakSet = weakref.WeakSet()
+
+
+def cut_short(dataset: tf.data.Dataset) -> None:
+    """Note that fit stopped on an error while reading `dataset` (epochs_in_one_process_order), where a
+    shuffle() of it draws a new order for every iterator: how many it has drawn is then unknown (the
+    strategy's prefetch reads ahead of the step that failed), and a later fit would train on other orders
+    than one process's (a fit interrupted for BackupAndRestore, then fit again: 0.08-0.33 off)."""
+    if _tensorflow_private.dataset_reshuffles(dataset):
+        _CUT_SHORT.add(dataset)
+
+
+def check_not_cut_short(dataset: tf.data.Dataset) -> None:
+    """A DataError for a dataset `cut_short` noted: its next orders are not one process's."""
+    if dataset in _CUT_SHORT:
+        raise DataError(
+            "this tf.data dataset was being read by a fit that stopped on an error, and a shuffle() of it "
+            "draws a new order for every pass: the workers drew more of its orders ahead of the step that "
+            "stopped than one process would have, so a fit on it now would train on other orders than one "
+            "process. Make the dataset again for this fit (call the function that builds it; a restarted "
+            "job does), or shuffle(..., reshuffle_each_iteration=False)."
+        )
 
 
 def after_last_epoch(dataset: tf.data.Dataset, iterators: Any) -> None:

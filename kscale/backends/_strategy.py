@@ -259,6 +259,7 @@ class StrategyBackend(Backend):
             notes=notes,
             epoch_steps=steps,
             after_training=after_training,
+            after_error=(lambda: tf_data.cut_short(x)) if after_training is not None else None,
             fingerprint=part.fingerprint,
         )
 
@@ -287,6 +288,7 @@ class StrategyBackend(Backend):
         if user_dataset and batches is not None and batches < 0:
             return dataset, None
         if user_dataset and steps == available:
+            tf_data.check_not_cut_short(x)
             iterators = self.family.fit_iterators
             passes = tf_data.epochs_in_one_process_order(
                 dataset.take(per_epoch), x, request.epochs, iterators

@@ -208,6 +208,15 @@ def test_a_batched_dataset_says_its_batch_size_and_samples_on_keras_3s_tensorflo
 
 
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
+def test_a_shuffle_says_whether_it_reshuffles_on_keras_3s_tensorflow():
+    import tensorflow as tf
+
+    from tests.unit.test_tensorflow_private import assert_reshuffling_readable
+
+    assert_reshuffling_readable(tf)
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_fit_iterators_are_the_ones_keras_makes_in_one_process():
     """kscale feeds a strategy the orders one process trains on by drawing as many orders of a seeded
     shuffle as Keras' fit does (KERAS3_FIT_ITERATORS): fails when Keras makes more or fewer iterators."""

@@ -34,6 +34,22 @@ def assert_batched_samples_readable(tf) -> None:
     assert _tensorflow_private.batched_samples(base) is None
 
 
+def assert_reshuffling_readable(tf) -> None:
+    """What kscale reads of a shuffle()'s reshuffle_each_iteration (also run by tests/keras3 on Keras 3's
+    TensorFlow): a refusal rests on it (tf_data.cut_short)."""
+    reshuffles = _tensorflow_private.dataset_reshuffles
+    base = tf.data.Dataset.range(16)
+    assert reshuffles(base.shuffle(16, seed=3).batch(4)), "tf.data renamed shuffle()'s reshuffle attribute"
+    assert reshuffles(base.shuffle(16, seed=3, reshuffle_each_iteration=False).batch(4)) is False
+    assert reshuffles(base.batch(4)) is False
+    inside = tf.data.Dataset.range(2).interleave(lambda _: base.shuffle(16, seed=5))
+    assert reshuffles(inside)  # in interleave's function too
+
+
+def test_a_shuffle_says_whether_it_reshuffles_every_pass():
+    assert_reshuffling_readable(tf)
+
+
 def test_tensorflow_says_when_a_saved_model_is_being_written(tmp_path):
     """Synchronized batch normalization under Horovod is traced as the layer is while a SavedModel is written."""
     seen = []

@@ -508,3 +508,19 @@ def test_shuffle_seeds_are_read_from_the_dataset_and_an_unseeded_shuffle_cannot_
     with pytest.raises(DataError, match="shuffle\\(\\) without a seed"):
         worker_part(shuffled(), None, None, request)
     assert worker_part(shuffled(), None, None, FeedRequest(2, False, None, "x", "shard")).fingerprint is None
+
+
+def test_a_reshuffling_dataset_a_failed_fit_read_is_refused_by_the_next_fit():
+    """How many orders a reshuffling shuffle() drew is unknown once a fit stopped on an error (the
+    strategy read ahead): the next fit on it stops with a DataError; one that does not reshuffle goes on."""
+    from kscale.tf_data import check_not_cut_short, cut_short
+
+    reshuffling = tf.data.Dataset.range(16).shuffle(16, seed=3).batch(4)
+    fixed = tf.data.Dataset.range(16).shuffle(16, seed=3, reshuffle_each_iteration=False).batch(4)
+    check_not_cut_short(reshuffling)
+    cut_short(reshuffling)
+    cut_short(fixed)
+    with pytest.raises(DataError, match="Make the dataset again"):
+        check_not_cut_short(reshuffling)
+    check_not_cut_short(fixed)
+    check_not_cut_short(tf.data.Dataset.range(16).shuffle(16, seed=3).batch(4))  # made again
