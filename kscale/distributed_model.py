@@ -399,6 +399,7 @@ def _fit_in_this_world(
                 *feed.notes,
                 *_metric_notes(state, metrics),
                 *_loss_scale_notes(state, self),
+                *_batch_norm_notes(state, self),
             ),
         ),
     )
@@ -466,6 +467,29 @@ def _loss_scale_notes(state: _State, model: Any) -> list[str]:
         "loss scaling (mixed_float16): each replica's float16 gradients are one process's, so the same steps "
         "overflow and are skipped; one whose float16 sum over the global batch alone overflows (no replica's "
         "part does) is applied, where one process skips it"
+    ]
+
+
+def _batch_norm_notes(state: _State, model: Any) -> list[str]:
+    """What the plan says of BatchNormalization layers that are not synchronized, where each replica
+    computes a step on its slice: each normalizes by its slice's statistics, not the global batch's. Also
+    where the user asked for synchronized=True: tf.keras 2.15 saves no such setting, so a model loaded from
+    a file has lost it (generated program 84 of lane A: 0.02 off after load_model, history exact)."""
+    if state.backend.loss_replicas < 2:
+        return []
+    batch_norm = state.backend.keras_module().layers.BatchNormalization
+    found, stack = [], list(getattr(model, "layers", []))
+    while stack:
+        layer = stack.pop()
+        stack.extend(getattr(layer, "layers", []))
+        if isinstance(layer, batch_norm) and not getattr(layer, "synchronized", False):
+            found.append(layer.name)
+    if not found:
+        return []
+    return [
+        f"BatchNormalization {', '.join(sorted(found))}: not synchronized, each replica normalizes by its own "
+        "slice's statistics (one process: the global batch's); BatchNormalization(synchronized=True) for those "
+        "(a tf.keras model loaded from a file has lost that setting: set it again before distribute())"
     ]
 
 

@@ -430,3 +430,25 @@ def test_a_fit_of_the_users_own_runs_or_says_what_it_lacks(distribute_as_worker,
     # 16 samples in one step of 2 × 32: a dataset of the weighted last step, which takes no batch_size
     assert "FitWithoutKwargs.fit() (your override) takes no callbacks, sample_weight" in message
     assert "**kwargs" in message
+
+
+def test_the_plan_names_batch_normalization_that_is_not_synchronized(distribute_as_worker):
+    """Each replica then normalizes by its own slice's statistics: the plan says so (a tf.keras model loaded
+    from a file has lost synchronized=True: tf.keras 2.15 saves no such setting)."""
+
+    def model(synchronized):
+        kscale.set_seed(0)
+        inner = tf.keras.Sequential(
+            [tf.keras.layers.BatchNormalization(synchronized=synchronized, name="bn")]
+        )
+        built = tf.keras.Sequential(
+            [tf.keras.Input((3,)), tf.keras.layers.Dense(4), inner, tf.keras.layers.Dense(1)]
+        )
+        built.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+        return built
+
+    for synchronized, named in ((False, True), (True, False)):
+        distributed = distribute_as_worker(model(synchronized))
+        distributed.fit(*regression_data(16), batch_size=4, shuffle=False, verbose=0)
+        notes = [note for note in distributed.kscale_plan.notes if note.startswith("BatchNormalization bn:")]
+        assert bool(notes) == named
