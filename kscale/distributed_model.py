@@ -31,6 +31,7 @@ from kscale import (
     log,
     loss_reduction,
     metric_states,
+    rebuild,
     seeding,
     step_weights,
 )
@@ -478,12 +479,11 @@ def _batch_norm_notes(state: _State, model: Any) -> list[str]:
     if state.backend.loss_replicas < 2:
         return []
     batch_norm = state.backend.keras_module().layers.BatchNormalization
-    found, stack = [], list(getattr(model, "layers", []))
-    while stack:
-        layer = stack.pop()
-        stack.extend(getattr(layer, "layers", []))
-        if isinstance(layer, batch_norm) and not getattr(layer, "synchronized", False):
-            found.append(layer.name)
+    found = [
+        layer.name
+        for layer in rebuild.submodules(model)
+        if isinstance(layer, batch_norm) and not getattr(layer, "synchronized", False)
+    ]
     if not found:
         return []
     return [

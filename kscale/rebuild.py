@@ -54,14 +54,15 @@ def fresh_compile_args(
 def stateful_layers(model: Any) -> list[str]:
     """The names of the stateful layers (`LSTM(stateful=True)`: state kept from batch to batch) in `model`,
     nested models included: a state sized for one replica's batch, which not every backend can hold."""
-    return [layer.name for layer in _submodules(model) if getattr(layer, "stateful", False) is True]
+    return [layer.name for layer in submodules(model) if getattr(layer, "stateful", False) is True]
 
 
-def _submodules(model: Any) -> list:
+def submodules(model: Any) -> list:
+    """Every layer in `model`, nested models' and wrapped ones' (Bidirectional, RNN) included."""
     found = []
     for layer in getattr(model, "layers", []):
         found.append(layer)
-        found.extend(_submodules(layer))
+        found.extend(submodules(layer))
         inner = getattr(layer, "layer", None) or getattr(layer, "forward_layer", None)  # Bidirectional, RNN
         if inner is not None:
             found.append(inner)
