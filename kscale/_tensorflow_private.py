@@ -150,38 +150,44 @@ _SHUFFLES = frozenset(
 )
 
 
-def dataset_reshuffles(dataset: Any) -> bool | None:
-    """Whether a shuffle() in `dataset` (in functions too) draws a new order for every iterator made of it
-    (`reshuffle_each_iteration`, its default). None where TensorFlow cannot show the dataset's graph."""
+def _shuffle_nodes(dataset: Any) -> list[tuple[Any, dict]] | None:
+    """Every shuffle() node of `dataset`'s graph (in functions too: interleave's), each with the nodes of
+    its graph or function by name; None where TensorFlow cannot show the graph."""
     graph = _dataset_graph(dataset)
     if graph is None:
         return None
+    found = []
     for nodes in [list(graph.node), *(list(f.node_def) for f in graph.library.function)]:
-        for node in nodes:
-            attr = node.attr.get("reshuffle_each_iteration") if node.op in _SHUFFLES else None
-            if attr is not None and attr.b:
-                return True
-    return False
+        named = {node.name: node for node in nodes}
+        found += [(node, named) for node in nodes if node.op in _SHUFFLES]
+    return found
+
+
+def dataset_reshuffles(dataset: Any) -> bool | None:
+    """Whether a shuffle() in `dataset` (in functions too) draws a new order for every iterator made of it
+    (`reshuffle_each_iteration`, its default). None where TensorFlow cannot show the dataset's graph."""
+    shuffles = _shuffle_nodes(dataset)
+    if shuffles is None:
+        return None
+    attrs = [node.attr.get("reshuffle_each_iteration") for node, _ in shuffles]
+    return any(attr is not None and attr.b for attr in attrs)
 
 
 def dataset_shuffle_seeds(dataset: Any) -> list[tuple[int | None, int | None]] | None:
     """The (seed, seed2) of every shuffle() in `dataset` (in functions too: interleave's), which decide the
     orders it draws: (0, 0) for one without a seed, whose orders each process draws at random. None
     where TensorFlow cannot show the dataset's graph."""
-    graph = _dataset_graph(dataset)
-    if graph is None:
+    shuffles = _shuffle_nodes(dataset)
+    if shuffles is None:
         return None
     import tensorflow as tf
 
     seeds = []
-    for nodes in [list(graph.node), *(list(f.node_def) for f in graph.library.function)]:
-        named = {node.name: node for node in nodes}
-        for node in nodes:
-            if node.op in _SHUFFLES:
-                pair = []
-                for name in node.input[2:4]:
-                    source = named.get(name.split(":")[0])
-                    constant = source is not None and source.op == "Const"
-                    pair.append(int(tf.make_ndarray(source.attr["value"].tensor)) if constant else None)
-                seeds.append(tuple(pair))
+    for node, named in shuffles:
+        pair = []
+        for name in node.input[2:4]:
+            source = named.get(name.split(":")[0])
+            constant = source is not None and source.op == "Const"
+            pair.append(int(tf.make_ndarray(source.attr["value"].tensor)) if constant else None)
+        seeds.append(tuple(pair))
     return seeds
