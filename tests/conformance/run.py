@@ -16,6 +16,7 @@ import argparse
 import os
 import pickle
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -67,6 +68,7 @@ for name in wanted:
     directory.mkdir(parents=True, exist_ok=True)
     job = harness.Job(reference=args.mode == "reference", directory=str(directory), options=options)
     harness.as_if_just_imported()
+    started = time.perf_counter()
     result: dict = {"error": None, "kscale_error": False}
     try:
         model = program.main(job)
@@ -79,4 +81,6 @@ for name in wanted:
     result["initial_weights"] = job.initial_weights
     with open(Path(args.out) / f"{name}.{job.rank}.pkl", "wb") as f:
         pickle.dump(result, f)
-    print(f"conformance: {name} rank {job.rank}: {'error' if result['error'] else 'done'}", flush=True)
+    seconds = time.perf_counter() - started  # where a lane's CI time goes, program by program
+    verdict = "error" if result["error"] else "done"
+    print(f"conformance: {name} rank {job.rank}: {verdict} in {seconds:.1f} s", flush=True)
