@@ -10,8 +10,8 @@ import pytest
 
 import kscale
 import kscale.learning_rate
-from kscale.distributed_model import state_of
 from kscale.errors import BackendError, DataError, OptionError
+from kscale.model_state import state_of
 
 from .conftest import KERAS_BACKEND, regression_data, tiny_model
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import kscale
 import kscale.learning_rate
+import kscale.model_state
 from kscale.plan import Plan
 
 from .conftest import regression_data, tiny_model
@@ -195,7 +196,7 @@ def test_a_copy_is_a_plain_keras_model():
     # and none of kscale's methods (it was never distributed).
     distributed = kscale.distribute(tiny_model(), print_plan=False)
     clone = copy.deepcopy(distributed)
-    assert type(clone) is type(distributed) and kscale.distributed_model.state_of(clone) is None
+    assert type(clone) is type(distributed) and kscale.model_state.state_of(clone) is None
     assert_same_weights(clone, distributed)
 
 
@@ -291,7 +292,7 @@ def test_two_workers_apply_the_rate_scaled_and_read_it_as_written(distribute_as_
 
 def test_warmup_is_set_from_the_steps_per_epoch(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
-    scaling = kscale.distributed_model.state_of(distributed).scaling
+    scaling = kscale.model_state.state_of(distributed).rates.scaling
     x, y = regression_data(16)  # 8 per worker, batches of 2: 4 steps per epoch
     distributed.fit(x, y, batch_size=2, verbose=0)
     assert scaling.warmup_steps == 8 and int(scaling.warmup_holder.numpy()) == 8

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import kscale
-from kscale.distributed_model import state_of
+from kscale.model_state import state_of
 
 from .conftest import regression_data
 

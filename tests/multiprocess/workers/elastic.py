@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import kscale
+import kscale.model_state
 
 workdir, epochs = sys.argv[1], int(sys.argv[2])
 LR, BATCH = 0.01, 4
@@ -25,7 +26,7 @@ y = (x @ rng.normal(size=(5, 1))).astype("float32")
 
 class Log(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
-        backend = kscale.distributed_model.state_of(self.model).backend
+        backend = kscale.model_state.state_of(self.model).backend
         line = {
             "epoch": epoch,
             "size": backend.num_workers,
@@ -46,7 +47,7 @@ model = tf.keras.Sequential(
 model.compile(optimizer=tf.keras.optimizers.SGD(LR, momentum=0.9), loss="mse")
 model = kscale.distribute(model)
 history = model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[Log()])
-backend = kscale.distributed_model.state_of(model).backend
+backend = kscale.model_state.state_of(model).backend
 result = {
     "size": backend.num_workers,
     "history_epochs": history.epoch,
