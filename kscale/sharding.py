@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import enum
 import math
 from collections.abc import Callable
 from typing import Any
@@ -167,11 +168,23 @@ class FeedRequest:
         return self.per_replica * self.replicas_per_worker
 
 
+class Kind(str, enum.Enum):
+    """What a worker's part of the data is, which decides how it reaches Keras."""
+
+    ARRAYS = "arrays"  # NumPy-like arrays (x, y, sample_weight), sliced and batched by Keras
+    ARRAY_BATCHES = "array_batches"  # arrays as this worker's batches (Keras 3: kscale/keras3/data.py)
+    EPOCH_BATCHES = "epoch_batches"  # a tf.data dataset of every epoch's batches in turn (tf_data.py)
+    GENERATOR = "generator"  # a Python generator, one batch per step (GeneratorShard)
+    DATASET = "dataset"  # a batched dataset: tf.data (tf_data.py)
+    SEQUENCE = "sequence"  # indexed batches: a Keras Sequence / PyDataset, a torch DataLoader
+    OTHER = "other"  # anything else, passed to Keras as given
+
+
 @dataclasses.dataclass
 class WorkerPart:
     """This worker's part of the user's data, before a backend decides how it reaches Keras."""
 
-    kind: str  # "arrays" | "dataset" | "sequence" | "other"
+    kind: Kind
     x: Any
     y: Any = None
     sample_weight: Any = None
@@ -235,22 +248,22 @@ class Feed:
 def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
     """Feed a worker whose model takes this worker's data as is: Keras slices and batches it as usual."""
     steps = request.steps
-    if part.kind == "array_batches":  # ArrayBatches: this worker's steps, each replica's weight with it
+    if part.kind is Kind.ARRAY_BATCHES:  # ArrayBatches: this worker's steps, each replica's weight with it
         steps = checked_steps(steps, part.length, request)
         return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps or part.length, shuffle=False)
-    if part.kind == "epoch_batches":  # every epoch's batches in turn: `length` steps an epoch
+    if part.kind is Kind.EPOCH_BATCHES:  # every epoch's batches in turn: `length` steps an epoch
         steps = checked_steps(steps, part.length, request) or part.length
         return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps, shuffle=False)
-    if part.kind == "arrays":
+    if part.kind is Kind.ARRAYS:
         assert part.orders is None, "shuffled arrays are fed by the family as their batches (orders)"
         available = math.ceil(part.length / request.per_worker)
         steps = checked_steps(steps, available, request)
         return Feed(
             part.x, part.y, part.sample_weight, request.per_worker, steps, part.notes, steps or available
         )
-    if part.kind == "generator":
+    if part.kind is Kind.GENERATOR:
         return Feed(part.x, steps=steps, notes=part.notes, epoch_steps=steps, fingerprint=part.fingerprint)
-    if part.kind in ("dataset", "sequence"):
+    if part.kind in (Kind.DATASET, Kind.SEQUENCE):
         known = part.length if part.length is not None and part.length >= 0 else None
         steps = checked_steps(steps, known, request)
         if steps is None and part.length is None and request.shard.count > 1 and request.shard.even:
@@ -323,7 +336,7 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
         orders = np.arange(total)[None] if request.orders is None else np.asarray(request.orders)
         longest = shortest = length = usable // shard.count
         return WorkerPart(
-            "arrays",
+            Kind.ARRAYS,
             x,
             y,
             sample_weight,
@@ -359,10 +372,10 @@ def array_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
             "chief's draw given to every worker)"
         )
         return WorkerPart(
-            "arrays", x, y, sample_weight, length, longest, shortest, notes, last, orders=orders
+            Kind.ARRAYS, x, y, sample_weight, length, longest, shortest, notes, last, orders=orders
         )
     x, y, sample_weight = (shard_arrays(a, part, usable) for a in (x, y, sample_weight))
-    return WorkerPart("arrays", x, y, sample_weight, length, longest, shortest, notes, last)
+    return WorkerPart(Kind.ARRAYS, x, y, sample_weight, length, longest, shortest, notes, last)
 
 
 def last_step(batches: int, replicas: int) -> tuple[int, int]:
@@ -423,7 +436,7 @@ def other_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> Work
             f"process trains {request.replicas_per_worker} replicas, over which Keras would split each batch "
             f"(the learning rate is scaled for {request.replicas_per_worker} whole batches). {_CUTTABLE}."
         )
-    return WorkerPart("other", x, y, sample_weight)
+    return WorkerPart(Kind.OTHER, x, y, sample_weight)
 
 
 def is_batch_generator(x: Any) -> bool:
@@ -447,7 +460,7 @@ def generator_part(x: Any, y: Any, sample_weight: Any, request: FeedRequest) -> 
         f"the {request.what}'s generator read whole by every worker, each keeping its replicas' batches "
         f"(batch i for replica i mod {replicas}): each step's {replicas} batches, as one process reads them"
     )
-    return WorkerPart("generator", shard, notes=[note], fingerprint=shard.fingerprint())
+    return WorkerPart(Kind.GENERATOR, shard, notes=[note], fingerprint=shard.fingerprint())
 
 
 class GeneratorShard:
@@ -740,7 +753,7 @@ def batches_part(
     no_separate_targets(y, sample_weight, shard_class.type_name)
     parts = shard.count * items_per_worker
     if parts == 1:
-        return WorkerPart("sequence", x, length=len(x), longest=len(x), shortest=len(x))
+        return WorkerPart(Kind.SEQUENCE, x, length=len(x), longest=len(x), shortest=len(x))
     shuffle = bool(request.shuffle) and not request.evaluation
     batches = shard_class(x, shard, items_per_worker, shuffle, None if request.evaluation else request.orders)
     notes = []
@@ -750,5 +763,5 @@ def batches_part(
         notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
     longest, shortest = longest_and_shortest(len(x), shard)
     return WorkerPart(
-        "sequence", batches, length=len(batches), notes=notes, longest=longest, shortest=shortest
+        Kind.SEQUENCE, batches, length=len(batches), notes=notes, longest=longest, shortest=shortest
     )

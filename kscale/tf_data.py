@@ -18,6 +18,7 @@ from kscale.errors import DataError
 from kscale.sharding import (
     BatchShard,
     FeedRequest,
+    Kind,
     LastStep,
     Shard,
     WorkerPart,
@@ -365,9 +366,9 @@ def weighted_batches_part(part: WorkerPart, request: FeedRequest) -> WorkerPart:
     arrays = (part.x, part.y, part.sample_weight)
     dataset = arrays_to_dataset(arrays, request.per_worker, request.shuffle, 1, part.last_step, part.orders)
     if part.orders is None:
-        return WorkerPart("dataset", dataset, length=dataset_batches(dataset), notes=part.notes)
+        return WorkerPart(Kind.DATASET, dataset, length=dataset_batches(dataset), notes=part.notes)
     per_epoch = dataset_batches(dataset) // int(np.shape(part.orders)[0])
-    return WorkerPart("epoch_batches", dataset, length=per_epoch, notes=part.notes)
+    return WorkerPart(Kind.EPOCH_BATCHES, dataset, length=per_epoch, notes=part.notes)
 
 
 def epochs_in_one_process_order(
@@ -487,7 +488,7 @@ def worker_part(
             notes.append(
                 "input not sharded (the dataset's auto_shard_policy is OFF): each worker reads all of it"
             )
-            return WorkerPart("dataset", x, length=batches, notes=notes, longest=batches, shortest=batches)
+            return WorkerPart(Kind.DATASET, x, length=batches, notes=notes, longest=batches, shortest=batches)
         # Of unknown or infinite length (file readers are; repeat() is), there is no equal cut to keep:
         # each worker reads its own files where it can (steps_per_epoch keeps the workers in step).
         endless = batches is None or batches < 0
@@ -510,7 +511,7 @@ def worker_part(
                 f"input sharded by file: this worker reads {part_length(files, replace(shard, even=False))} "
                 f"of the {files} files (tf.data's AutoShardPolicy.FILE)"
             )
-            return WorkerPart("dataset", shard_by_file(x, shard), notes=notes)
+            return WorkerPart(Kind.DATASET, shard_by_file(x, shard), notes=notes)
         if shard.count > 1 and endless:
             reason = (
                 "the dataset's auto_shard_policy is DATA"
@@ -533,7 +534,7 @@ def worker_part(
         sharded = shard_dataset(x, shard, what, items, share_last)
         longest, shortest = (None, None) if endless else longest_and_shortest(batches, shard)
         return WorkerPart(
-            "dataset",
+            Kind.DATASET,
             sharded,
             length=dataset_batches(sharded),
             notes=notes,
@@ -618,7 +619,7 @@ def _one(element: tuple) -> Any:
 
 def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:
     """This worker's part as a dataset of per-replica batches (what tf.distribute strategies are fed)."""
-    if part.kind == "arrays":
+    if part.kind is Kind.ARRAYS:
         arrays = (part.x, part.y, part.sample_weight)
         return arrays_to_dataset(
             arrays,
@@ -628,8 +629,8 @@ def as_dataset(part: WorkerPart, request: FeedRequest) -> tf.data.Dataset:
             part.last_step,
             part.orders,
         )
-    if part.kind == "sequence":
+    if part.kind is Kind.SEQUENCE:
         return sequence_to_dataset(part.x)
-    if part.kind == "generator":
+    if part.kind is Kind.GENERATOR:
         return generator_to_dataset(part.x)
     return part.x

@@ -227,14 +227,16 @@ class StrategyBackend(Backend):
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
         part = tf_data.worker_part(x, y, sample_weight, request)
-        if part.kind == "other":
+        if part.kind is sharding.Kind.OTHER:
             return sharding.one_process_feed(part, request)
         if not request.shard.even and request.steps is None:
             return self._uneven_feed(x, part, request)
         dataset = tf_data.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = tf_data.dataset_batches(dataset)
-        if part.kind == "arrays" and part.orders is not None:  # every epoch's batches, in their orders
+        if (
+            part.kind is sharding.Kind.ARRAYS and part.orders is not None
+        ):  # every epoch's batches, in their orders
             batches //= len(part.orders)
         available = tf_data.steps_for(batches, per_worker)
         if available is not None and available < 1:
@@ -318,7 +320,7 @@ class StrategyBackend(Backend):
         if longest is None or shortest is None or part.length is None:
             raise sharding.unknown_length(request.what)
         notes = list(part.notes)
-        if part.kind == "arrays":
+        if part.kind is sharding.Kind.ARRAYS:
             # As many steps as the largest part needs at the asked batch, but no more than the smallest
             # part can fill with one sample per replica and step (only a tiny part or batch runs short).
             steps = min(math.ceil(longest / (per_worker * request.per_replica)), shortest // per_worker)

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import _keras_private, loss_reduction, step_weights, tf_data
+from kscale import _keras_private, loss_reduction, sharding, step_weights, tf_data
 from kscale.callbacks import for_this_worker
 from kscale.keras2 import learning_rate, rebuild
 from kscale.rebuild import refuse_stateful, stateful_error
@@ -165,7 +165,7 @@ class Keras2Family:
     # -- data and callbacks ---------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         part = tf_data.worker_part(x, y, sample_weight, request)
-        if part.kind == "arrays" and (part.last_step is not None or part.orders is not None):
+        if part.kind is sharding.Kind.ARRAYS and (part.last_step is not None or part.orders is not None):
             return tf_data.weighted_batches_part(part, request)
         return part
 

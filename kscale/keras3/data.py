@@ -19,7 +19,9 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
             return part
         # A last step shared unevenly, or each epoch in one process's order: this worker's batches
         batches = WeightedArrayBatches(part, request)
-        return sharding.WorkerPart("array_batches", batches, length=len(batches), notes=part.notes)
+        return sharding.WorkerPart(
+            sharding.Kind.ARRAY_BATCHES, batches, length=len(batches), notes=part.notes
+        )
     if isinstance(x, keras.utils.PyDataset):
         return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
     if "torch" in sys.modules:  # the user's DataLoader: torch is imported
@@ -34,7 +36,9 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
         # Keras 3 takes the worker's whole batch and spreads it over the worker's devices
         return tf_data.worker_part(x, y, sample_weight, request, request.replicas_per_worker)
     part = sharding.other_part(x, y, sample_weight, request)
-    if part.kind == "generator":  # Keras 3 spreads the worker's batch over its devices: one per step
+    if (
+        part.kind is sharding.Kind.GENERATOR
+    ):  # Keras 3 spreads the worker's batch over its devices: one per step
         part.x.joined = True
         part.x = (batch for batch in part.x)  # a Python generator, which Keras 3 takes as such
     return part

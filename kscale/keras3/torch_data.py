@@ -30,7 +30,7 @@ def worker_part(
     shard = request.shard
     sharding.no_separate_targets(y, sample_weight, "a torch DataLoader")
     if shard.count == 1:
-        return sharding.WorkerPart("sequence", loader, length=len(loader))
+        return sharding.WorkerPart(sharding.Kind.SEQUENCE, loader, length=len(loader))
     if loader.batch_sampler is None:  # an IterableDataset, or batch_size=None: no batches to deal out
         raise DataError(
             f"kscale cannot split this DataLoader's {request.what} between {shard.count} processes: it has "
@@ -52,7 +52,7 @@ def worker_part(
     longest, shortest = sharding.longest_and_shortest(total, shard)
     part = _loader_with(loader, batches)
     return sharding.WorkerPart(
-        "sequence", part, length=len(part), notes=notes, longest=longest, shortest=shortest
+        sharding.Kind.SEQUENCE, part, length=len(part), notes=notes, longest=longest, shortest=shortest
     )
 
 

@@ -12,6 +12,7 @@ from kscale.sharding import (
     ArrayBatches,
     BatchShard,
     FeedRequest,
+    Kind,
     LastStep,
     Shard,
     WorkerPart,
@@ -99,7 +100,7 @@ def test_steps_beyond_the_data_and_unsplittable_input_are_data_errors():
         one_process_feed(part, request(steps=5))
     with pytest.raises(DataError, match="cannot split dict"):  # no batches kscale can cut
         other_part({"rows": [1, 2, 3]}, None, None, request())
-    assert other_part([1, 2], None, None, request(workers=1)).kind == "other"
+    assert other_part([1, 2], None, None, request(workers=1)).kind is Kind.OTHER
 
 
 @pytest.mark.parametrize("total", [10, 11, 101])
@@ -208,7 +209,7 @@ def test_batch_shard_shuffles_its_steps_alike_on_every_worker_and_anew_each_epoc
     for part in parts:
         part.on_epoch_end()
     assert steps(parts[0]) == steps(parts[1]) != first[0]
-    feed = one_process_feed(WorkerPart("sequence", parts[0], length=len(parts[0])), request())
+    feed = one_process_feed(WorkerPart(Kind.SEQUENCE, parts[0], length=len(parts[0])), request())
     assert feed.shuffle is False  # Keras would shuffle each worker's batches with its own `random`
 
 
@@ -311,7 +312,7 @@ def test_a_generator_gives_each_replica_every_rth_batch(workers, replicas_per_wo
     for index in range(workers):
         feed = request(workers=workers, index=index, replicas_per_worker=replicas_per_worker, steps=3)
         part = other_part(_generator(), None, None, feed)
-        assert part.kind == "generator" and "replica i mod" in part.notes[0]
+        assert part.kind is Kind.GENERATOR and "replica i mod" in part.notes[0]
         part.x.joined = joined
         per_step = 1 if joined else replicas_per_worker
         batches = [next(part.x) for _ in range(3 * per_step)]
@@ -337,4 +338,4 @@ def test_a_generator_of_samples_or_without_steps_is_a_data_error():
         other_part(samples(), None, None, request(steps=2))
     with pytest.raises(DataError, match="needs steps_per_epoch"):
         other_part(_generator(), None, None, request())
-    assert other_part(_generator(), None, None, request(workers=1)).kind == "other"  # one process: Keras'
+    assert other_part(_generator(), None, None, request(workers=1)).kind is Kind.OTHER  # one process: Keras'
