@@ -26,7 +26,7 @@ def adopt_own_compile(model: Any, optimizer: Any) -> None:
         keras_compile = functools.partial(kept.backend.keras_module().Model.compile, model)
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
         _compile_optimizer(model, keras_compile, optimizer, args)
-        kept.backend.family.carry_optimizer_state(kept.backend, optimizer, model)
+        kept.backend.family.carry_optimizer_state(optimizer, model, kept.backend.scope())
     else:
         kept.scales_model_optimizer = False
     kept.backend.family.allow_own_losses(model)

@@ -100,7 +100,7 @@ def distribute(model: Any, **options: Any) -> Any:
         return placed
     placed.compile(optimizer=optimizer, **args)  # kscale's compile: scales and wraps the optimizer
     # A loaded checkpoint's momentum, moments and steps
-    backend.family.carry_optimizer_state(backend, optimizer, placed)
+    backend.family.carry_optimizer_state(optimizer, placed, backend.scope())
     return placed
 
 

@@ -183,8 +183,9 @@ class Keras3Family:
     def allow_own_losses(self, model: Any) -> None:
         """Nothing: Keras 3's losses take their default reduction under a strategy."""
 
-    def carry_optimizer_state(self, backend: Any, old_optimizer: Any, model: Any) -> None:
-        rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, backend.scope())
+    def carry_optimizer_state(self, old_optimizer: Any, model: Any, scope: Any) -> None:
+        """A loaded checkpoint's momentum, moments and steps, into model.optimizer, made in `scope`."""
+        rebuild.carry_optimizer_state(old_optimizer, model.optimizer, model, scope)
 
     def epoch_orders(self, model: Any, count: int, batch_size: int, epochs: int, shuffle: Any) -> Any:
         """The order of `count` array samples in each epoch of one process's fit of `model` (an epochs ×

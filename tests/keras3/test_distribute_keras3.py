@@ -137,7 +137,7 @@ def test_mixed_precision_keeps_the_loss_scaling_and_scales_the_rate_inside_it(di
 
 def test_warmup_ramps_from_the_single_replica_rate(distribute_as_worker):
     distributed = distribute_as_worker(tiny_model(lr=0.05), warmup_epochs=2)
-    scaling = state_of(distributed).scaling
+    scaling = state_of(distributed).rates.scaling
     distributed.fit(*regression_data(16), batch_size=2, verbose=0)  # 8 per worker: 4 steps an epoch
     assert scaling.warmup_steps == 8 and distributed.kscale_plan.warmup_epochs == 2.0
 
