@@ -4,7 +4,6 @@ same data. The feeds themselves are the backend's (kscale/sharding.py, kscale/tf
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from collections.abc import Callable
@@ -149,12 +148,6 @@ def epoch_orders(
     global_batch = request.per_replica * backend.num_replicas
     drawn, after = backend.family.epoch_orders(model, count, global_batch, request.epochs, shuffle)
     return backend.broadcast(np.asarray(drawn, np.int64)), after
-
-
-def with_orders(model: Any, backend: Any, asked: FeedRequest, shuffle: Any, arrays: tuple) -> tuple:
-    """`asked` with the epochs' orders (epoch_orders), and what to do when fit ends (or None)."""
-    orders, after = epoch_orders(model, backend, asked, shuffle, arrays)
-    return dataclasses.replace(asked, orders=orders), after
 
 
 def with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, arguments: dict) -> tuple:
