@@ -128,7 +128,8 @@ docs: $(DOCS)/.ready
 # Two streams side by side, each building the venvs it needs as it goes: lint, the documentation site's
 # strict build (make docs: its venv, then about 10 s), lanes A, C-jax and C-torch; lanes C-tf and B in turn
 # (at bf08d70 the streams' tests took 3,121 s and 3,769 s with C-torch, 389 s, last in the second: 4,310 s
-# in all; it moved to the first, to even them); before that (the streams' tests took 2,902 s and 3,057 s at f82bccf: A 2,142, C-jax 760; C-tf 1,455, B 1,243,
+# in all; it moved to the first to even them, and gained nothing: 4,371 s at 7338dd6, every lane slower with
+# both streams busy to the end); before that (the streams' tests took 2,902 s and 3,057 s at f82bccf: A 2,142, C-jax 760; C-tf 1,455, B 1,243,
 # C-torch 359; C-jax was in the second stream then, which ran 1,300 s alone). One lane's tests leave part of the two cores idle (workers starting,
 # rendezvous, waiting on each other; measured: 153% CPU), and a venv's build mostly waits on downloads:
 # the other stream fills both. Each line says its lane. Measured on a fresh clone of this 2-core machine
