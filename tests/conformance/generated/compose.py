@@ -120,6 +120,9 @@ def _allowed(v: dict, family: str) -> bool:
         not (v["layers"] == "lookup" and not tf_data),
         # Keras 3's array adapters take no strings: a lookup layer's strings come through tf.data there
         not (v["layers"] == "lookup" and family != "keras2" and not v["data"].startswith("dataset")),
+        # tf.keras feeds a generator's or Sequence's strings as shape (None, None): a one-hot lookup of
+        # unknown last dimension is rank 3, which StringLookup refuses (one process fails too)
+        not (v["layers"] == "lookup" and v["data"] in ("generator", "pydataset")),
         not (v["optimizer_option"] == "accumulation" and family == "keras2"),
         not (v["precision"] == "mixed_float16" and not tf_data),  # 16-bit floats on JAX/torch CPUs: slow
         not (v["callbacks"] == "tensorboard" and not _has("tensorboard")),
