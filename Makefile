@@ -126,8 +126,9 @@ docs: $(DOCS)/.ready
 # end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test) and the
 # conformance suite (tests/conformance: Keras programs as users write them, under every backend).
 # Two streams side by side, each building the venvs it needs as it goes: lint, the documentation site's
-# strict build (make docs: its venv, then about 10 s), lanes A, C-jax and C-torch; lanes C-tf and B in turn
-# (at bf08d70 the streams' tests took 3,121 s and 3,769 s with C-torch, 389 s, last in the second: 4,310 s
+# strict build (make docs: its venv, then about 10 s), lanes A and C-jax; lanes C-tf, B and C-torch in turn.
+# Lane B runs each conformance program and generated seed under one way (test-b): its tests went from
+# 2,090 s to about half, so C-torch went back to the second stream. Before that (at bf08d70 the streams' tests took 3,121 s and 3,769 s with C-torch, 389 s, last in the second: 4,310 s
 # in all; it moved to the first to even them, and gained nothing: 4,371 s at 7338dd6, every lane slower with
 # both streams busy to the end); before that (the streams' tests took 2,902 s and 3,057 s at f82bccf: A 2,142, C-jax 760; C-tf 1,455, B 1,243,
 # C-torch 359; C-jax was in the second stream then, which ran 1,300 s alone). One lane's tests leave part of the two cores idle (workers starting,
@@ -146,11 +147,11 @@ test:
 stream-a:
 	set -o pipefail; $(MAKE) --no-print-directory lint docs test-a 2>&1 | sed -u 's/^/[A] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-jax 2>&1 | sed -u 's/^/[C-jax] /'
-	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
 stream-others:
 	set -o pipefail; $(MAKE) --no-print-directory test-tf221 2>&1 | sed -u 's/^/[C-tf] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-b 2>&1 | sed -u 's/^/[B] /'
+	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
 # Not the Keras 3 lanes' own folders (keras3, torch_lane, ray_train, recipes): lane A has no Keras 3, torch
 # or Ray.
@@ -159,15 +160,20 @@ test-a: venv sshd
 	$(PY) $(PYTEST) $(KERAS3_ONLY)
 
 # Lane B also runs the multi-process tests of what every tf.keras lane promises (exact metrics, chief-only
-# writes, BackupAndRestore and resume, the broadcast of differing weights); lane A runs them all.
+# writes, BackupAndRestore and resume, the Keras API under every launcher); lane A runs them all. Not
+# tests/multiprocess/test_equivalence.py (85 s): tests/stack/test_equivalence.py and the conformance suite
+# compare every way with one process in this lane.
 LANE_B_MULTIPROCESS := tests/multiprocess/test_exact_metrics.py tests/multiprocess/test_keras_api.py \
-  tests/multiprocess/test_backup_and_restore.py tests/multiprocess/test_equivalence.py
+  tests/multiprocess/test_backup_and_restore.py
 # Not lane B: `kscale bench --quick` (5 minutes of CI), whose backends and hand-written scripts (tf.keras,
 # Horovod, tf.distribute) lane A benchmarks with the same code. tests/ray_train: Ray's TensorflowTrainer
 # with a tf.keras program where tf_keras is installed (this lane has it, and Keras 3 beside it).
+# The conformance suite and the generated seeds: each program under one of the three ways in turn
+# (--one-way-per-program; every program and every way, not every pair: lane A runs every pair of tf.keras,
+# and `make generated LANES=b` every pair of any seeds). Every pair here took 1,431 s of CI's 4,371 at 7338dd6.
 test-b: $(LANE_B)/.ready
 	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance \
-	  $(LANE_B_MULTIPROCESS) tests/ray_train --deselect tests/stack/test_stack_bench.py
+	  $(LANE_B_MULTIPROCESS) tests/ray_train --deselect tests/stack/test_stack_bench.py --one-way-per-program
 
 # tests/recipes: the cluster recipes of examples/kubernetes and examples/slurm, each started with its
 # engine's variables, each in the lane of its stack (JAX: Kubeflow's JAX runtime and SLURM's jax engine).

@@ -162,3 +162,13 @@ def crash_report(output: str, tail: int = 2500) -> str:
     """A failed job's output for an assertion message: each line that says why a worker died, then the tail."""
     why = [line for line in output.splitlines() if any(mark in line for mark in _CRASH_MARKS)]
     return "\n".join(why[:40]) + "\n...\n" + output[-tail:]
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--one-way-per-program",
+        action="store_true",
+        help="conformance and generated programs: each program under one of the lane's ways in turn, so "
+        "every program and every way runs, not every pair (a second lane of a family: lane B; lane A "
+        "runs every pair of tf.keras)",
+    )

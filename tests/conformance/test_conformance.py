@@ -12,6 +12,7 @@ works" table, which is this list, is updated).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,48 @@ EACH_PROGRAM = 300
 JOBS_LIMIT = 2 * EACH_PROGRAM * (len(PROGRAMS) + 2)
 
 
+def cells(names: list[str], ways: list[str], one_way_each: bool) -> list[tuple[str, str]]:
+    """(way, program) pairs to run, grouped by way (one launch each): every pair, or each program under
+    one way in turn (--one-way-per-program)."""
+    if not one_way_each:
+        return [(way, name) for way in ways for name in names]
+    return [(way, name) for i, way in enumerate(ways) for name in names[i :: len(ways)]]
+
+
+def parametrize_cells(metafunc, names: list[str]) -> None:
+    """The test's `cell` parameter: this lane's cells, named way-program."""
+    if "cell" in metafunc.fixturenames:
+        chosen = cells(names, lane_ways(), metafunc.config.getoption("--one-way-per-program"))
+        metafunc.parametrize("cell", chosen, ids=[f"{way}-{name}" for way, name in chosen])
+
+
+def launches(launch_with_progress, tmp_path_factory, cells_of_module, extra: list) -> Callable:
+    """`launched(way)`: the way's one launch, every program of its cells in turn as the job's workers, made
+    on first use. Timed per program: the job is stopped as hung only when no rank finishes a program for
+    EACH_PROGRAM seconds."""
+    done: dict[str, tuple[str, Path, int]] = {}
+
+    def launched(way: str) -> tuple[str, Path, int]:
+        if way not in done:
+            command, ranks, after = WAYS[way]
+            names = [name for w, name in cells_of_module if w == way]
+            out = tmp_path_factory.mktemp("conformance") / way
+            finished = launch_with_progress(
+                [*command, "distributed", out, *after, *extra, "--only", ",".join(names)],
+                mark="conformance: ",
+                each=EACH_PROGRAM,
+            )
+            assert finished.returncode == 0, finished.stdout[-6000:]
+            done[way] = (way, out, ranks)
+        return done[way]
+
+    return launched
+
+
+def pytest_generate_tests(metafunc):
+    parametrize_cells(metafunc, _programs_of_this_lane())
+
+
 @pytest.fixture(scope="module")
 def reference(launch_with_progress, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("conformance") / "reference"
@@ -79,24 +122,22 @@ def reference(launch_with_progress, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=lane_ways())
-def run(request, launch_with_progress, tmp_path_factory) -> tuple[str, Path, int]:
-    """One launch per way of running: every program in turn, as the job's workers. Timed per program: the
-    job is stopped as hung only when no rank finishes a program for EACH_PROGRAM seconds."""
-    way = request.param
-    command, ranks, after = WAYS[way]
-    out = tmp_path_factory.mktemp("conformance") / way
-    done = launch_with_progress(
-        [*command, "distributed", out, *after], mark="conformance: ", each=EACH_PROGRAM
-    )
-    assert done.returncode == 0, done.stdout[-6000:]
-    return way, out, ranks
+@pytest.fixture(scope="module")
+def launched(request, launch_with_progress, tmp_path_factory) -> Callable:
+    lane = cells(_programs_of_this_lane(), lane_ways(), request.config.getoption("--one-way-per-program"))
+    return launches(launch_with_progress, tmp_path_factory, lane, [])
+
+
+@pytest.fixture
+def run(cell, launched) -> tuple[str, Path, int]:
+    """The launch of the cell's way (the first cell of a way launches it)."""
+    return launched(cell[0])
 
 
 @pytest.mark.timeout(JOBS_LIMIT)
-@pytest.mark.parametrize("program", _programs_of_this_lane())
-def test_program_trains_as_in_one_process(program, reference, run):
+def test_program_trains_as_in_one_process(cell, reference, run):
     way, out, ranks = run
+    program = cell[1]
     broken = KNOWN_BROKEN.get((harness.FAMILY, way, program))
     if broken is None:
         compare.check(program, reference, out, ranks, way)
@@ -122,3 +163,12 @@ def test_the_readme_table_lists_every_program_once():
     rows = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
     assert sorted(rows) == PROGRAMS
     assert f"holds {len(PROGRAMS)} Keras programs" in table
+
+
+def test_one_way_per_program_runs_every_program_once_and_every_way():
+    names, ways = [f"p{i}" for i in range(7)], ["horovod", "multi_worker", "mirrored"]
+    every_pair = cells(names, ways, one_way_each=False)
+    assert sorted(every_pair) == sorted((w, n) for w in ways for n in names)
+    spread = cells(names, ways, one_way_each=True)
+    assert sorted(n for _, n in spread) == names and {w for w, _ in spread} == set(ways)
+    assert [w for w, _ in spread] == sorted((w for w, _ in spread), key=ways.index)  # one launch a way

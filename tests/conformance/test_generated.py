@@ -11,7 +11,7 @@ import pytest
 
 from tests.conformance import compare, harness
 from tests.conformance.generated.compose import compose
-from tests.conformance.test_conformance import RUNNER, WAYS, lane_ways
+from tests.conformance.test_conformance import RUNNER, cells, lane_ways, launches, parametrize_cells
 
 pytestmark = pytest.mark.multiprocess
 
@@ -50,27 +50,29 @@ def reference(programs, launch_with_progress, tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module", params=lane_ways())
-def run(request, programs, launch_with_progress, tmp_path_factory):
+def pytest_generate_tests(metafunc):
+    parametrize_cells(metafunc, [f"g{seed:04d}" for seed in CI_SEEDS])
+
+
+@pytest.fixture(scope="module")
+def launched(request, programs, launch_with_progress, tmp_path_factory):
     folder, names = programs
-    way = request.param
-    command, ranks, after = WAYS[way]
-    out = tmp_path_factory.mktemp("generated") / way
-    done = launch_with_progress(
-        [*command, "distributed", out, *after, "--from", folder, "--only", ",".join(names)],
-        mark="conformance: ",
-        each=EACH_PROGRAM,
-    )
-    assert done.returncode == 0, done.stdout[-6000:]
-    return way, out, ranks
+    lane = cells(names, lane_ways(), request.config.getoption("--one-way-per-program"))
+    return launches(launch_with_progress, tmp_path_factory, lane, ["--from", folder])
+
+
+@pytest.fixture
+def run(cell, launched):
+    """The launch of the cell's way (the first cell of a way launches it)."""
+    return launched(cell[0])
 
 
 @pytest.mark.timeout(2 * EACH_PROGRAM * (len(CI_SEEDS) + 2))
-@pytest.mark.parametrize("seed", CI_SEEDS)
-def test_generated_program_trains_as_in_one_process(request, seed, programs, reference, run):
+def test_generated_program_trains_as_in_one_process(request, cell, programs, reference, run):
     folder, _ = programs
     way, out, ranks = run
-    known = KNOWN_WRONG.get((harness.FAMILY, seed, way))
+    name = cell[1]
+    known = KNOWN_WRONG.get((harness.FAMILY, int(name[1:]), way))
     if known:
         request.applymarker(pytest.mark.xfail(reason=known, strict=True))
-    compare.check(f"g{seed:04d}", reference, out, ranks, way, folder)
+    compare.check(name, reference, out, ranks, way, folder)
