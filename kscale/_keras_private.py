@@ -840,3 +840,28 @@ def weigh_synchronized_moments(replica_sum: Any) -> None:
 
     _compute_moments_sync._kscale_weighed = True
     nn._compute_moments_sync = _compute_moments_sync
+
+
+def keep_torch_data_parallel_off(model: Any) -> bool:
+    """Keras' own torch data parallelism off for a model kscale trains (whether there was any to switch off).
+
+    Keras' development branch (3.16) wraps a torch model in DistributedDataParallel on its first fit,
+    evaluate or predict whenever torch.distributed is initialized (`TorchTrainer._initialize_ddp`, kept in
+    `ddp_model`, which train_step, test_step and predict_step call instead of the model), and its
+    `get_metrics_result` sums every metric variable over the processes. kscale averages gradients and
+    combines metric states itself (backends/torch.py says why), and no public switch turns Keras' off:
+    `ddp_model` is set to the model itself (Keras makes no wrapper then, and calls the model), and this
+    instance's `get_metrics_result` is the one TorchTrainer overrides (Trainer's: local states, no
+    collective). Keras 3.15 and earlier have neither: nothing to do.
+    """
+    from keras.src.backend.torch.trainer import TorchTrainer
+
+    if not isinstance(model, TorchTrainer) or not hasattr(model, "ddp_model"):
+        return False
+    object.__setattr__(model, "ddp_model", model)
+
+    def get_metrics_result(self: Any) -> Any:
+        return super(TorchTrainer, self).get_metrics_result()
+
+    object.__setattr__(model, "get_metrics_result", types.MethodType(get_metrics_result, model))
+    return True

@@ -8,6 +8,15 @@ distribution for torch; each process trains the user's model itself on its shard
 Horovod: the chief's weights are broadcast, every optimizer the model trains with applies the mean of the
 processes' gradients (one all-reduce per dtype and step, wherever train_step calls `apply`), and
 evaluation combines the metrics' states once at the end, exact as one process.
+
+Keras' next release (its development branch, 3.16) brings its own torch data parallelism: whenever
+torch.distributed is initialized its trainer wraps the model in DistributedDataParallel and sums every
+metric variable over the processes at each read. kscale keeps its own and switches Keras' off for the
+models it trains (`_keras_private.keep_torch_data_parallel_off`): DDP averages gradients unweighted, where
+kscale weighs a last step the processes share unevenly (one process's sum over the global batch: a
+`reduction="sum"` loss was 0.0072 off under DDP), and Keras' sum of metric states is wrong for a state
+that is not a sum (a running maximum) and runs a collective at every step. One all-reduce of gradients,
+one reduction of metric states, one sharding of the data: kscale's, on either Keras.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from kscale import _torch_private, step_weights
+from kscale import _keras_private, _torch_private, step_weights
 from kscale.backends.base import Backend
 from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
@@ -104,7 +113,7 @@ class TorchBackend(Backend):
         """The user's model itself, with the chief's weights (and optimizer state, if it has any yet)."""
         _check_on_this_processes_gpu(model)
         if self.num_workers > 1:
-            _check_no_keras_data_parallel(model)
+            _keras_private.keep_torch_data_parallel_off(model)
             optimizer_variables = list(getattr(model.optimizer, "variables", None) or [])
             self._broadcast([*model.variables, *optimizer_variables])
         return model
@@ -220,21 +229,6 @@ def _check_on_this_processes_gpu(model: Any) -> None:
             f"the model's variables are on cuda:{min(elsewhere)}, but this process trains on cuda:{mine} (one "
             "GPU per process): the model was built before `import kscale` gave this process its GPU. Put "
             "`import kscale` at the top of the script, before building the model."
-        )
-
-
-def _check_no_keras_data_parallel(model: Any) -> None:
-    """Keras' development branch (3.16.0.dev) wraps a torch model in DistributedDataParallel whenever
-    torch.distributed is initialized (its trainer's `ddp_model`) and sums every metric variable over the
-    processes when results are read. Under kscale, which does both its own way, DDP's unweighted average
-    came before kscale weighs a last step shared unevenly (sum_reduction 0.0072 off) and a metric of
-    declared maximum states hung. Until kscale hands that to Keras on purpose: stop, saying what works."""
-    if hasattr(model, "ddp_model"):
-        raise BackendError(
-            "this Keras wraps torch models in DistributedDataParallel itself (its trainer has `ddp_model`: "
-            "Keras 3.16 and later), which kscale's torch backend does not work with yet: gradients would be "
-            "averaged twice and a shared last step weighed wrongly. Install keras==3.15.* (tested), or train "
-            "without kscale under torchrun, where Keras' own data parallelism applies."
         )
 
 

@@ -398,3 +398,20 @@ def test_keras_3_synchronized_moments_are_summed_in_the_function_kscale_replaces
     mean, variance = nn.moments(x, axes=[0], synchronized=True)  # no strategy: Keras' own moments
     np.testing.assert_allclose(np.asarray(mean), x.mean(axis=0), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(variance), x.var(axis=0), rtol=1e-5)
+
+
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="Keras 3's torch trainer: lane C-torch")
+def test_keras_own_torch_data_parallelism_is_where_kscale_switches_it_off():
+    """_keras_private.keep_torch_data_parallel_off: every model on torch is a TorchTrainer, and where that
+    trainer wraps the model in DistributedDataParallel (Keras' development branch), it wraps only while
+    `ddp_model` is None, its steps call `ddp_model` or the model, and it overrides get_metrics_result."""
+    import inspect
+
+    from keras.src.backend.torch.trainer import TorchTrainer
+
+    assert isinstance(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]), TorchTrainer)
+    if hasattr(TorchTrainer, "_initialize_ddp"):
+        assert "self.ddp_model is None" in inspect.getsource(TorchTrainer._initialize_ddp)
+        for step in (TorchTrainer.train_step, TorchTrainer.test_step, TorchTrainer.predict_step):
+            assert "self.ddp_model or self" in inspect.getsource(step)
+        assert "get_metrics_result" in vars(TorchTrainer)
