@@ -606,13 +606,20 @@ def array_orders(
         passes = [iter(dataset) for _ in range(epochs)]  # a new iterator each epoch, as Keras makes them
     elif backend == "torch":
         import torch
+        from keras.src.backend.torch.trainer import TorchEpochIterator
 
+        # fit's own epoch iterator, called as fit calls it (a peek, reset, then each epoch): Keras 3.15
+        # draws from torch's generator (a new loader each epoch, the next one made unread after it);
+        # Keras' development branch (3.16) seeds each epoch's shuffle with the adapter's epoch count
+        epoch_iterator = TorchEpochIterator(x=indices, batch_size=batch_size, shuffle=shuffle)
         if peeked:
-            next(iter(adapter.get_torch_dataloader()))
+            for _ in epoch_iterator:  # as Trainer._symbolic_build: one step read, the epoch left
+                break
+        epoch_iterator.reset()
         orders = []
-        for _ in range(epochs):  # a new loader each epoch; the next one made, unread, after it
-            orders.append(np.concatenate([first_leaf(batch) for batch in adapter.get_torch_dataloader()]))
-            iter(adapter.get_torch_dataloader())
+        for _ in range(epochs):
+            steps = [data for _, _, data in epoch_iterator]
+            orders.append(np.concatenate([first_leaf(batch) for step in steps for batch in step]))
         state = torch.get_rng_state()
         return np.stack(orders), lambda: torch.set_rng_state(state)
     else:
@@ -638,9 +645,39 @@ def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> A
         random.shuffle(order)
         return order
 
+    if hasattr(keras, "ops") and keras.config.backend() == "torch":
+        return _torch_batch_orders(keras, count, epochs, peeked)
     if peeked and hasattr(keras, "ops"):
         drawn()
     return np.asarray([drawn() for _ in range(epochs)], np.int64).reshape(epochs, count)
+
+
+def _torch_batch_orders(keras: Any, count: int, epochs: int, peeked: bool) -> Any:
+    """batch_orders on torch, by fit's own epoch iterator over a PyDataset whose batches are their indices,
+    called as fit calls it: Keras 3.15 shuffles with Python's `random`, its development branch (3.16) with
+    a `random.Random` seeded by the adapter's epoch count."""
+    import numpy as np
+    from keras.src.backend.torch.trainer import TorchEpochIterator
+
+    class Indices(keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return count
+
+        def __getitem__(self, index: int) -> Any:
+            return np.full((1,), index, np.int64)
+
+    def index_of(batch: Any) -> int:
+        while isinstance(batch, tuple | list):
+            batch = batch[0]
+        return int(np.asarray(batch).ravel()[0])
+
+    epoch_iterator = TorchEpochIterator(x=Indices(), shuffle=True)
+    if peeked:
+        for _ in epoch_iterator:  # as Trainer._symbolic_build: one step read, the epoch left
+            break
+    epoch_iterator.reset()
+    orders = [[index_of(batch) for _, _, step in epoch_iterator for batch in step] for _ in range(epochs)]
+    return np.asarray(orders, np.int64).reshape(epochs, count)
 
 
 def lay_out_whole_steps(is_whole: Any, whole_layout: Any) -> None:
@@ -850,7 +887,8 @@ def keep_torch_data_parallel_off(model: Any) -> bool:
     `ddp_model`, which train_step, test_step and predict_step call instead of the model), and its
     `get_metrics_result` sums every metric variable over the processes. kscale averages gradients and
     combines metric states itself (backends/torch.py says why), and no public switch turns Keras' off:
-    `ddp_model` is set to the model itself (Keras makes no wrapper then, and calls the model), and this
+    `ddp_model` is set to False (Keras wraps only while it is None, and its steps call `ddp_model or
+    self`: the model; not the model itself, which Keras' saving would walk into without end), and this
     instance's `get_metrics_result` is the one TorchTrainer overrides (Trainer's: local states, no
     collective). Keras 3.15 and earlier have neither: nothing to do.
     """
@@ -858,7 +896,7 @@ def keep_torch_data_parallel_off(model: Any) -> bool:
 
     if not isinstance(model, TorchTrainer) or not hasattr(model, "ddp_model"):
         return False
-    object.__setattr__(model, "ddp_model", model)
+    object.__setattr__(model, "ddp_model", False)
 
     def get_metrics_result(self: Any) -> Any:
         return super(TorchTrainer, self).get_metrics_result()

@@ -43,8 +43,8 @@ x = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
 model.fit(x, x.sum(axis=1, keepdims=True), batch_size=4, epochs=1, shuffle=False, verbose=0)
 json.dump({"backend": model.kscale_plan.backend, "workers": kscale.size(), "rank": kscale.rank(),
            "weights": [w.tolist() for w in model.get_weights()],
-           # Keras' own DDP (its development branch): none, or off (the model itself)
-           "keras_ddp": getattr(model, "ddp_model", model) is not model},
+           # Keras' own DDP (its development branch): none (3.15), or off (False)
+           "keras_ddp": type(getattr(model, "ddp_model", None)).__name__},
           open(sys.argv[1] + f".{rank}.json", "w"))
 """
 
@@ -61,4 +61,4 @@ def test_a_process_group_made_before_kscale_is_the_one_it_trains_in(launch, tmp_
     assert results[0]["backend"] == "torch" and [r["workers"] for r in results] == [2, 2]
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["weights"] == results[1]["weights"]
-    assert not any(r["keras_ddp"] for r in results)
+    assert {r["keras_ddp"] for r in results} <= {"NoneType", "bool"}
