@@ -7,7 +7,7 @@ at each read) has one; measured there under kscale with Keras' path on: a last s
 unevenly trained 0.0072 off (sum_reduction: DDP's unweighted mean) and a metric of declared maximum
 states hung. kscale keeps its one all-reduce of gradients and its one reduction of metric states and
 switches Keras' off (`_keras_private.keep_torch_data_parallel_off`; backends/torch.py says why). The whole
-torch lane passes on that branch so (docs/launch/torchrun.md names the commit).
+torch lane passes on that branch so (docs/launch/torchrun.md, "Keras' own torch data parallelism").
 """
 
 from __future__ import annotations

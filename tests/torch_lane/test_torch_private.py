@@ -25,7 +25,13 @@ import keras, kscale
 from kscale.backends import torch as torch_backend
 
 def threads():
-    return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            names.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except FileNotFoundError:  # a thread that ended since the listing: not running
+            pass
+    return sorted(names)
 
 before = threads()
 if sys.argv[2] == "launcher":  # Ray Train leaves the group itself, before kscale's exit handler runs
