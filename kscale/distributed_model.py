@@ -150,7 +150,7 @@ def _fit_in_this_world(
         a["shuffle"] = feed.shuffle
     if a.get("validation_data") is not None:
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
-    metrics = plan_notes.metric_objects(self, backend.keras_module().metrics.Metric)
+    metrics = metric_states.metric_objects(self, backend.keras_module().metrics.Metric)
     step_weights.weigh_one_number_means(metrics, backend.keras_module().metrics.Mean)
     notes = (
         *backend.notes(),

@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from kscale import _keras_private
+from kscale.sharding import flatten
+
 #: The ways a declared state combines over replicas.
 REDUCTIONS = ("sum", "mean", "max", "min", "first")
 _DECLARED = "kscale_states"
@@ -168,3 +171,13 @@ def reduce_by_aggregation(variables: list, rows: list[np.ndarray], reductions: l
     if reductions is None:
         reductions = [reduction_of(variable, {}) for variable in variables]
     return [reduce_rows(row, how) for row, how in zip(rows, reductions)]
+
+
+def metric_objects(model: Any, keras_metric: type) -> list:
+    """The metric objects the model computes: compile's (its own before the first step builds them), the
+    model's, and those it holds as attributes (a train_step's own trackers)."""
+    compiled = _keras_private.compile_arguments(model)
+    given = flatten([compiled.get("metrics"), compiled.get("weighted_metrics")])
+    held = list(vars(model).values())
+    found = [m for m in [*given, *model.metrics, *held] if isinstance(m, keras_metric)]
+    return list({id(m): m for m in found}.values())

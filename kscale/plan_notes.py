@@ -6,20 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kscale import _keras_private, log, metric_states, rebuild
-from kscale.sharding import flatten
+from kscale import log, metric_states, rebuild
 
 _WARNED_METRIC_CLASSES: set[str] = set()
-
-
-def metric_objects(model: Any, keras_metric: type) -> list:
-    """The metric objects the model computes: compile's (its own before the first step builds them), the
-    model's, and those it holds as attributes (a train_step's own trackers)."""
-    compiled = _keras_private.compile_arguments(model)
-    given = flatten([compiled.get("metrics"), compiled.get("weighted_metrics")])
-    held = list(vars(model).values())
-    found = [m for m in [*given, *model.metrics, *held] if isinstance(m, keras_metric)]
-    return list({id(m): m for m in found}.values())
 
 
 def notes(backend: Any, model: Any, metrics: list) -> list[str]:
