@@ -112,12 +112,14 @@ class Keras3Family:
         """A model without call() whose sub-models are built holds every variable it trains: it is built,
         and says so (Keras' public `built`), so that Keras' trainer does not try to build it by calling it.
         A synchronized BatchNormalization's statistics weigh each replica's gradient by its share of a
-        step shared unevenly (step_weights.weighed_sum)."""
+        step shared unevenly (step_weights.weighed_sum); the losses layers add are each replica thread's
+        own (_keras_private.losses_per_thread)."""
         if _has_no_call(model) and _sub_models_built(model):
             model.built = True
         _keras_private.weigh_synchronized_moments(
             step_weights.weighed_sum()
         )  # once; only such layers call it
+        _keras_private.losses_per_thread(keras)  # the replicas' threads add losses to their own lists
 
     def strategy_model_notes(self, model: Any) -> list[str]:
         """A model of several losses: Keras 3 on TensorFlow, in one process, weighs each output's own loss

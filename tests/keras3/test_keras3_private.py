@@ -415,3 +415,32 @@ def test_keras_own_torch_data_parallelism_is_where_kscale_switches_it_off():
         for step in (TorchTrainer.train_step, TorchTrainer.test_step, TorchTrainer.predict_step):
             assert "self.ddp_model or self" in inspect.getsource(step)
         assert "get_metrics_result" in vars(TorchTrainer)
+
+
+def test_the_losses_a_layer_adds_are_each_threads_own():
+    """_keras_private.losses_per_thread: two threads (a MirroredStrategy's replicas) call one layer and meet
+    before reading what it added; each reads its own loss only (Keras' own list: the later call clears the
+    first one's loss and both read the second's)."""
+    import threading
+
+    _keras_private.losses_per_thread(keras)
+    meet = threading.Barrier(2, timeout=30)
+
+    class Adds(keras.layers.Layer):
+        def call(self, x):
+            self.add_loss(keras.ops.sum(x))
+            meet.wait()  # both have added before either reads
+            return x
+
+    layer, seen = Adds(), {}
+
+    def run(value: float) -> None:
+        layer(np.full((1, 1), value, "float32"))
+        seen[value] = [float(keras.ops.convert_to_numpy(loss)) for loss in layer.losses]
+
+    threads = [threading.Thread(target=run, args=(value,)) for value in (1.0, 2.0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert seen == {1.0: [1.0], 2.0: [2.0]}
