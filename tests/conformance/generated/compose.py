@@ -193,6 +193,11 @@ def _exactness(v: dict, family: str) -> dict:
         not_exact.add("torch")  # torch's BatchNormalization has no synchronized statistics
     if v["layers"] == "dropout" and family == "keras3-jax":
         exact = False
+    if v["precision"] == "mixed_float16" and v["loss"] == "object_sum":
+        # The plan's loss-scaling note: a float16 sum over the global batch that alone overflows (no
+        # replica's half does) is applied where one process skips the step (seed 51 of lane A, 388 and 261
+        # of C-tf: 0.07-0.15 off in every way alike; one process nudged by 1e-6 moves 1e-5)
+        exact = False
     if v["layers"] == "batchnorm_sync" and v["fit"] == "save_load" and family == "keras2":
         exact = False  # tf.keras saves no `synchronized`: the loaded model's is not (the plan says so)
     errors = {}
