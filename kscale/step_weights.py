@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from kscale.subclassing import same_named_subclass
+
 
 class Weighted(NamedTuple):
     """A batch and its replica's gradient weight (a scalar), as kscale's feed yields the batches of a step
@@ -168,8 +170,8 @@ def _weighted_mean_class(base: type) -> type:
     def update_state(self: Any, *args: Any, **kwargs: Any) -> Any:
         return base.update_state(self, *args, **_with_share(args, kwargs))
 
-    namespace = {"update_state": update_state, "_kscale_weighed": True, "__module__": base.__module__}
-    return type(base.__name__, (base,), namespace)
+    namespace = {"update_state": update_state, "_kscale_weighed": True}
+    return same_named_subclass(base, namespace)
 
 
 def weigh_one_number_means(metrics: list, mean_class: type) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from kscale import _keras_private, step_weights
+from kscale.subclassing import same_named_subclass
 
 #: Per thread (MirroredStrategy traces each replica's step in a thread of its own): whether Keras
 #: divided a loss by the replicas since the step began or since the last update.
@@ -151,15 +152,14 @@ def _averaging_class(base: type) -> type:
             return base.apply(self, _replicas_mean_of(list(grads)), trainable_variables)
 
         namespace = {"apply": apply}
-    # Named and placed like the original, so that saved files name the user's optimizer class.
-    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+    return same_named_subclass(base, namespace)
 
 
 @functools.cache
 def _reduced_class(base: type) -> type:
     """Keras 3: `base` taking the gradients it applies as reduced over the replicas already."""
     namespace = {_keras_private.KERAS3_GRADIENT_ALL_REDUCE: lambda self, grads_and_vars: list(grads_and_vars)}
-    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+    return same_named_subclass(base, namespace)
 
 
 def averaging(optimizer: Any) -> Any:

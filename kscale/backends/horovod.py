@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _horovod_private, _keras_private, _optional, sharding, step_weights
+from kscale import _horovod_private, _keras_private, _optional, sharding, step_weights, subclassing
 from kscale.backends.base import Backend
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
@@ -112,6 +112,7 @@ class HorovodBackend(Backend):
                 average_aggregated_gradients=True,
             )
             _horovod_private.name_like_original(wrapped, inner)  # saved files name the user's class
+            subclassing.save_as(type(wrapped), type(inner))  # under its registered name: Custom>AdamW
             _horovod_private.allreduce_without_autograph(wrapped)  # seconds off every worker's start
             _horovod_private.weigh_before_allreduce(wrapped, step_weights.scale)  # a shared last step
             average_every_update(wrapped)

@@ -37,6 +37,7 @@ from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
 from kscale.metric_states import reduce_by_aggregation, results_from_states
+from kscale.subclassing import same_named_subclass
 
 
 class TorchBackend(Backend):
@@ -270,4 +271,4 @@ def _averaging_class(base: type, mean: Any) -> type:
             averaged = mean(step_weights.scale(list(grads)))  # weighted by a shared last step's share
         return base.apply(self, averaged, trainable_variables)
 
-    return type(base.__name__, (base,), {"apply": apply, "__module__": base.__module__})
+    return same_named_subclass(base, {"apply": apply})

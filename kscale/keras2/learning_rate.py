@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from kscale import _keras_private
 from kscale.learning_rate import Applying, RateScaling, applying, attach, scaling_of
+from kscale.subclassing import same_named_subclass
 
 SCHEDULE = tf.keras.optimizers.schedules.LearningRateSchedule
 
@@ -42,7 +43,7 @@ def _times(rate: Any, multiplier: Any) -> Any:
 def _scaled_class(base: type) -> type:
     """`base` applying its rate × the optimizer's RateScaling in every update. Named and placed like the
     original, so that saved files name the user's optimizer class."""
-    namespace: dict[str, Any] = {"__module__": base.__module__, "_kscale_scaled_rate": True}
+    namespace: dict[str, Any] = {"_kscale_scaled_rate": True}
     if _keras_private.is_legacy_optimizer_class(base):
 
         def decayed_rate(self: Any, var_dtype: Any) -> Any:
@@ -67,7 +68,7 @@ def _scaled_class(base: type) -> type:
 
         namespace["apply_gradients"] = apply_gradients
         namespace["learning_rate"] = property(get_rate, written.fset, doc=written.__doc__)
-    return type(base.__name__, (base,), namespace)
+    return same_named_subclass(base, namespace)
 
 
 def _updating(optimizer: Any) -> Any:

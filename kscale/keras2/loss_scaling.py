@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from kscale import loss_reduction, step_weights
+from kscale.subclassing import same_named_subclass
 
 
 @functools.cache
@@ -38,7 +39,7 @@ def _one_process_class(base: type) -> type:
         return [None if g is None else step_weights.times(g, replicas) for g in unscaled]
 
     namespace = {"get_scaled_loss": get_scaled_loss, "get_unscaled_gradients": get_unscaled_gradients}
-    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+    return same_named_subclass(base, namespace)
 
 
 def as_one_process(optimizer: Any) -> Any:

@@ -17,6 +17,7 @@ from keras import ops
 
 from kscale import _keras_private
 from kscale.learning_rate import Applying, RateScaling, applying, attach, scaling_of
+from kscale.subclassing import same_named_subclass
 
 SCHEDULE = keras.optimizers.schedules.LearningRateSchedule
 
@@ -47,9 +48,9 @@ def _scaled_class(base: type) -> type:
             return rate
         return ops.multiply(rate, ops.cast(multiplier, getattr(rate, "dtype", "float32")))
 
-    namespace = {"apply": apply, "__module__": base.__module__, "_kscale_scaled_rate": True}
+    namespace = {"apply": apply, "_kscale_scaled_rate": True}
     namespace[_keras_private.CURRENT_LEARNING_RATE] = current_rate
-    return type(base.__name__, (base,), namespace)
+    return same_named_subclass(base, namespace)
 
 
 def _updating(optimizer: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 import keras
 
 from kscale import loss_reduction, step_weights
+from kscale.subclassing import same_named_subclass
 
 
 @functools.cache
@@ -29,7 +30,7 @@ def _one_process_class(base: type) -> type:
         return base.apply(self, grads, trainable_variables)
 
     namespace = {"scale_loss": scale_loss, "apply": apply}
-    return type(base.__name__, (base,), {**namespace, "__module__": base.__module__})
+    return same_named_subclass(base, namespace)
 
 
 def as_one_process(optimizer: Any) -> Any:

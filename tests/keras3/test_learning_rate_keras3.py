@@ -75,6 +75,18 @@ def test_saved_configs_hold_the_written_rate_and_the_users_class():
     assert type(again) is not type(optimizer) and float(again.learning_rate) == pytest.approx(0.003)
 
 
+def test_a_users_registered_optimizer_class_keeps_its_registered_name():
+    @keras.saving.register_keras_serializable(package="users_package")
+    class UsersSGD(keras.optimizers.SGD):
+        pass
+
+    optimizer = scaled(UsersSGD(0.1), 2.0)
+    assert type(optimizer) is not UsersSGD
+    assert keras.saving.get_registered_name(type(optimizer)) == "users_package>UsersSGD"
+    config = keras.optimizers.serialize(optimizer)
+    assert type(keras.optimizers.deserialize(config)) is UsersSGD
+
+
 def test_under_loss_scaling_the_inner_optimizer_applies_it():
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1.0)
     attach_scaling(optimizer, rate_scaling(2.0, warmup=False))

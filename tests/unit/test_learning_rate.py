@@ -76,6 +76,33 @@ def test_saved_configs_hold_the_written_rate_and_the_users_class():
     assert float(again.learning_rate.numpy()) == pytest.approx(0.003)
 
 
+def test_a_model_saved_to_h5_with_adamw_loads_without_kscale(tmp_path):
+    """tf.keras 2.15 saves AdamW as "Custom>AdamW": kscale's class must too, or loading finds no 'AdamW'
+    (generated seed 153 of lane A)."""
+    inputs = tf.keras.Input((3,))
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(inputs))
+    model.compile(optimizer=tf.keras.optimizers.AdamW(0.01), loss="mse")
+    scaled(model.optimizer, 2.0)
+    model.fit(np.ones((4, 3), "float32"), np.ones((4, 1), "float32"), verbose=0)
+    saved = tf.keras.utils.get_registered_name(type(model.optimizer))
+    assert saved == tf.keras.utils.get_registered_name(tf.keras.optimizers.AdamW)
+    model.save(tmp_path / "model.h5")
+    loaded = tf.keras.models.load_model(tmp_path / "model.h5")
+    assert type(loaded.optimizer) is tf.keras.optimizers.AdamW  # what the name loads as is unchanged
+
+
+def test_a_users_registered_optimizer_class_keeps_its_registered_name():
+    @tf.keras.utils.register_keras_serializable(package="users_package")
+    class UsersSGD(tf.keras.optimizers.SGD):
+        pass
+
+    optimizer = scaled(UsersSGD(0.1), 2.0)
+    assert type(optimizer) is not UsersSGD
+    assert tf.keras.utils.get_registered_name(type(optimizer)) == "users_package>UsersSGD"
+    config = tf.keras.optimizers.serialize(optimizer)
+    assert type(tf.keras.optimizers.deserialize(config)) is UsersSGD
+
+
 def test_under_loss_scaling_the_inner_optimizer_applies_it():
     optimizer = tf.keras.mixed_precision.LossScaleOptimizer(
         tf.keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1.0
