@@ -443,7 +443,7 @@ def keras3_strategy_fixed() -> Iterator[None]:
     and under MirroredStrategy with string inputs, for the time of the `with` block only; Keras' own code is
     back in place after it.
 
-    Three private pieces of Keras' TensorFlow trainer fail, and Keras has no public switch for any
+    Four private pieces of Keras' TensorFlow trainer fail, and Keras has no public switch for any
     (tests/keras3/test_keras3_private.py fails when a Keras release changes them):
 
     - `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch reduced with
@@ -458,8 +458,14 @@ def keras3_strategy_fixed() -> Iterator[None]:
     - `reduce_per_replica` reduces the step's scalar results with `strategy.reduce("MEAN", v, axis=0)`
       ("Invalid reduction dimension 0 for input with 0 dimensions"): they are reduced with `axis=None`
       where they have no dimension.
+    - `Trainer._get_metrics_result_or_logs` reads an epoch's logs from the metrics' states only where the
+      last step's logs have the metrics' own names. A `train_step` returning `{m.name: m.result() for m
+      in self.metrics}` gives the compiled metrics as one nested dict (Keras' callbacks flatten it), so
+      the step's numbers were kept: under a strategy, the replicas' mean of each replica's own result
+      (an RMSE or an accuracy over unequal parts off; generated seeds 298, 360, 361 of C-tf). The names
+      are compared as the callbacks see them, flattened.
 
-    The last leaves any other strategy to Keras' own code. The step functions Keras traces inside
+    The `reduce_per_replica` correction leaves any other strategy to Keras' own code. The step functions Keras traces inside
     the block keep the corrected code; nested blocks are one.
     """
     import importlib
@@ -478,6 +484,8 @@ def keras3_strategy_fixed() -> Iterator[None]:
     missing = [name for name in needed if not hasattr(trainer, name)]
     if not missing and not hasattr(trainer.TFEpochIterator, "_get_iterator"):
         missing = ["TFEpochIterator._get_iterator"]
+    if not missing and not hasattr(trainer.TensorFlowTrainer, "_get_metrics_result_or_logs"):
+        missing = ["Trainer._get_metrics_result_or_logs"]
     if missing or not hasattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build"):
         import keras
 
@@ -548,8 +556,17 @@ def keras3_strategy_fixed() -> Iterator[None]:
         with self.distribute_strategy.scope():
             self._symbolic_build(data_batch=specs)
 
+    def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
+        metric_logs = self.get_metrics_result()
+        if isinstance(logs, dict) and _flat_names(logs) == set(metric_logs):
+            return metric_logs
+        return original_results_or_logs(self, logs)
+
+    own_results_or_logs = trainer.TensorFlowTrainer.__dict__.get(_RESULTS_OR_LOGS)
+    original_results_or_logs = getattr(trainer.TensorFlowTrainer, _RESULTS_OR_LOGS)
     trainer.reduce_per_replica = reduce_per_replica
     trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    setattr(trainer.TensorFlowTrainer, _RESULTS_OR_LOGS, _get_metrics_result_or_logs)
     compile_loss.call = loss_call
     trainer._kscale_multi_worker_fixed = True
     try:
@@ -557,8 +574,23 @@ def keras3_strategy_fixed() -> Iterator[None]:
     finally:
         trainer.reduce_per_replica = original_reduce
         trainer.TensorFlowTrainer._maybe_symbolic_build = original_build
+        if own_results_or_logs is None:
+            delattr(trainer.TensorFlowTrainer, _RESULTS_OR_LOGS)
+        else:
+            setattr(trainer.TensorFlowTrainer, _RESULTS_OR_LOGS, own_results_or_logs)
         compile_loss.call = original_loss_call
         trainer._kscale_multi_worker_fixed = False
+
+
+_RESULTS_OR_LOGS = "_get_metrics_result_or_logs"
+
+
+def _flat_names(logs: dict) -> set:
+    """The names of `logs` as Keras' callbacks see them: a nested dict's own names in its place."""
+    names: set = set()
+    for name, value in logs.items():
+        names |= _flat_names(value) if isinstance(value, dict) else {name}
+    return names
 
 
 def array_orders(

@@ -115,6 +115,12 @@ def test_the_keras_3_multi_worker_fixes_still_find_the_code_they_correct():
 
     loss_call = inspect.getsource(compile_utils.CompileLoss.call)
     assert "sample_weight=tree.flatten(y_p)[0].shape[0]" in loss_call and "metric.update_state(" in loss_call
+    # An epoch's logs read from the metrics only where the step's logs have their names, unflattened
+    from keras.src.trainers.trainer import Trainer
+
+    results_or_logs = inspect.getsource(Trainer._get_metrics_result_or_logs)
+    assert "set(logs.keys()) == set(" in results_or_logs and "return logs" in results_or_logs
+    assert "_get_metrics_result_or_logs" not in trainer.TensorFlowTrainer.__dict__
 
 
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
@@ -127,6 +133,7 @@ def test_the_keras_3_multi_worker_fixes_hold_only_inside_their_block():
             trainer.reduce_per_replica,
             trainer.TensorFlowTrainer._maybe_symbolic_build,
             compile_utils.CompileLoss.call,
+            trainer.TensorFlowTrainer._get_metrics_result_or_logs,
         )
 
     keras_own = current()
@@ -137,6 +144,20 @@ def test_the_keras_3_multi_worker_fixes_hold_only_inside_their_block():
             assert current() == fixed
         assert current() == fixed
     assert current() == keras_own
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
+def test_an_epochs_logs_are_the_metrics_results_where_a_train_step_nests_them():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae", keras.metrics.RootMeanSquaredError()])
+    model.fit(np.ones((4, 2), "float32"), np.zeros((4, 1), "float32"), verbose=0)
+    results = model.get_metrics_result()
+    nested = {"loss": -1.0, "compile_metrics": {"mae": -1.0, "root_mean_squared_error": -1.0}}
+    assert model._get_metrics_result_or_logs(nested) is nested  # Keras' own: the step's numbers
+    with _keras_private.keras3_strategy_fixed():
+        assert model._get_metrics_result_or_logs(nested) == results
+        other = {"loss": -1.0, "compile_metrics": {"mae": -1.0}, "own": -1.0}  # not the metrics' names
+        assert model._get_metrics_result_or_logs(other) is other
 
 
 def test_keras_3_backup_and_restore_still_names_its_files(tmp_path):
