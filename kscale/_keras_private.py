@@ -10,7 +10,9 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import threading
 import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -616,19 +618,13 @@ def array_orders(
     import numpy as np
 
     indices = np.arange(count, dtype=np.int64)
-
-    def first_leaf(batch: Any) -> np.ndarray:
-        while isinstance(batch, tuple | list):
-            batch = batch[0]
-        return np.asarray(batch)
-
     root = keras.losses.Loss.__module__.split(".")[0]  # keras, or tf_keras for TF_USE_LEGACY_KERAS
     if not hasattr(keras, "ops"):
         adapters = importlib.import_module(f"{root}.src.engine.data_adapter")
         adapter = adapters.TensorLikeDataAdapter(
             indices, batch_size=batch_size, epochs=epochs, shuffle=shuffle
         )
-        flat = np.concatenate([first_leaf(batch) for batch in adapter.get_dataset()])
+        flat = np.concatenate([_first_leaf(batch) for batch in adapter.get_dataset()])
         return flat.reshape(epochs, count), None
     adapters = importlib.import_module(f"{root}.src.trainers.data_adapters.array_data_adapter")
     adapter = adapters.ArrayDataAdapter(indices, batch_size=batch_size, shuffle=shuffle)
@@ -638,27 +634,17 @@ def array_orders(
         passes = [iter(dataset) for _ in range(epochs)]  # a new iterator each epoch, as Keras makes them
     elif backend == "torch":
         import torch
-        from keras.src.backend.torch.trainer import TorchEpochIterator
 
-        # fit's own epoch iterator, called as fit calls it (a peek, reset, then each epoch): Keras 3.15
-        # draws from torch's generator (a new loader each epoch, the next one made unread after it);
-        # Keras' development branch (3.16) seeds each epoch's shuffle with the adapter's epoch count
-        epoch_iterator = TorchEpochIterator(x=indices, batch_size=batch_size, shuffle=shuffle)
-        if peeked:
-            for _ in epoch_iterator:  # as Trainer._symbolic_build: one step read, the epoch left
-                break
-        epoch_iterator.reset()
-        orders = []
-        for _ in range(epochs):
-            steps = [data for _, _, data in epoch_iterator]
-            orders.append(np.concatenate([first_leaf(batch) for step in steps for batch in step]))
+        # Keras 3.15 draws from torch's generator (a new loader each epoch, the next one made unread after
+        # it); Keras' development branch (3.16) seeds each epoch's shuffle with the adapter's epoch count
+        orders = _torch_epoch_orders(epochs, peeked, x=indices, batch_size=batch_size, shuffle=shuffle)
         state = torch.get_rng_state()
-        return np.stack(orders), lambda: torch.set_rng_state(state)
+        return orders, lambda: torch.set_rng_state(state)
     else:
         if peeked:
             next(adapter.get_numpy_iterator())
         passes = [adapter.get_numpy_iterator() for _ in range(epochs)]  # drawn when read
-    return np.stack([np.concatenate([first_leaf(batch) for batch in epoch]) for epoch in passes]), None
+    return np.stack([np.concatenate([_first_leaf(batch) for batch in epoch]) for epoch in passes]), None
 
 
 def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> Any:
@@ -685,11 +671,10 @@ def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> A
 
 
 def _torch_batch_orders(keras: Any, count: int, epochs: int, peeked: bool) -> Any:
-    """batch_orders on torch, by fit's own epoch iterator over a PyDataset whose batches are their indices,
-    called as fit calls it: Keras 3.15 shuffles with Python's `random`, its development branch (3.16) with
-    a `random.Random` seeded by the adapter's epoch count."""
+    """batch_orders on torch, over a PyDataset whose batches are their indices: Keras 3.15 shuffles with
+    Python's `random`, its development branch (3.16) with a `random.Random` seeded by the adapter's epoch
+    count."""
     import numpy as np
-    from keras.src.backend.torch.trainer import TorchEpochIterator
 
     class Indices(keras.utils.PyDataset):
         def __len__(self) -> int:
@@ -698,18 +683,34 @@ def _torch_batch_orders(keras: Any, count: int, epochs: int, peeked: bool) -> An
         def __getitem__(self, index: int) -> Any:
             return np.full((1,), index, np.int64)
 
-    def index_of(batch: Any) -> int:
-        while isinstance(batch, tuple | list):
-            batch = batch[0]
-        return int(np.asarray(batch).ravel()[0])
+    return _torch_epoch_orders(epochs, peeked, x=Indices(), shuffle=True)
 
-    epoch_iterator = TorchEpochIterator(x=Indices(), shuffle=True)
+
+def _torch_epoch_orders(epochs: int, peeked: bool, **data: Any) -> Any:
+    """The first input of every batch, epoch by epoch (epochs × samples), as Keras 3's torch fit reads
+    `data` (its own epoch iterator's arguments) when called as fit calls it: a peek, reset, then each
+    epoch."""
+    import numpy as np
+    from keras.src.backend.torch.trainer import TorchEpochIterator
+
+    epoch_iterator = TorchEpochIterator(**data)
     if peeked:
         for _ in epoch_iterator:  # as Trainer._symbolic_build: one step read, the epoch left
             break
     epoch_iterator.reset()
-    orders = [[index_of(batch) for _, _, step in epoch_iterator for batch in step] for _ in range(epochs)]
-    return np.asarray(orders, np.int64).reshape(epochs, count)
+    orders = []
+    for _ in range(epochs):
+        orders.append(np.concatenate([_first_leaf(b).ravel() for _, _, step in epoch_iterator for b in step]))
+    return np.stack(orders).astype(np.int64)
+
+
+def _first_leaf(batch: Any) -> Any:
+    """A batch's first array (of x, of (x, y) or of ((x1, x2), y))."""
+    import numpy as np
+
+    while isinstance(batch, tuple | list):
+        batch = batch[0]
+    return np.asarray(batch)
 
 
 def lay_out_whole_steps(is_whole: Any, whole_layout: Any) -> None:
@@ -921,25 +922,22 @@ def losses_per_thread(keras: Any) -> None:
     Made one list per layer and thread here (a data descriptor on Layer, before each instance's own
     attribute), as one thread sees them; done once. No public hook exists;
     tests/keras3/test_keras3_private.py fails when a release moves them."""
-    import threading
-    import weakref
-
     layer_class = keras.layers.Layer
     if isinstance(vars(layer_class).get("_losses"), _LossesPerThread):
         return
-    layer_class._losses = _LossesPerThread(threading.local(), weakref)
+    layer_class._losses = _LossesPerThread()
 
 
 class _LossesPerThread:
     """`Layer._losses` as a list per layer and thread (losses_per_thread)."""
 
-    def __init__(self, local: Any, weakref: Any) -> None:
-        self._local, self._weakref = local, weakref
+    def __init__(self) -> None:
+        self._local = threading.local()
 
     def _lists(self) -> Any:
         lists = getattr(self._local, "lists", None)
         if lists is None:
-            lists = self._local.lists = self._weakref.WeakKeyDictionary()
+            lists = self._local.lists = weakref.WeakKeyDictionary()
         return lists
 
     def __get__(self, layer: Any, owner: Any = None) -> Any:
