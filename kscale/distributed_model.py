@@ -126,7 +126,7 @@ def _fit_in_this_world(
         a["initial_epoch"] = initial_epoch
     _replan_world(self)
     x, y, sample_weight = a.get("x"), a.get("y"), a.get("sample_weight")
-    backend.family.build_on_first_batch(backend, self, x)
+    backend.build_on_first_batch(self, x)
     epochs, user_steps = a.get("epochs", 1), a.get("steps_per_epoch")
     per_replica = data_plan.per_replica_batch(backend, opts, a.get("batch_size"))
     if opts.data_policy is DataPolicy.DIVIDE_EPOCHS:
@@ -217,7 +217,7 @@ def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
 
     backend = state.backend
     a = own_methods.arguments(self, "evaluate", args, kwargs)
-    backend.family.build_on_first_batch(backend, self, a.get("x"))
+    backend.build_on_first_batch(self, a.get("x"))
     per_replica = data_plan.per_replica_batch(backend, state.options, a.get("batch_size"))
     whole = backend.evaluates_whole(a.get("x"))
     asked = data_plan.request(
@@ -235,7 +235,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict on all of `x` on every worker (so every rank gets the full result)."""
     state = model_state.state(self)
     a = own_methods.arguments(self, "predict", args, kwargs)
-    state.backend.family.build_on_first_batch(state.backend, self, a.get("x"))
+    state.backend.build_on_first_batch(self, a.get("x"))
     if a.get("batch_size") is not None:
         per_replica = data_plan.per_replica_batch(state.backend, state.options, a["batch_size"])
         a["batch_size"] = state.backend.predict_batch_size(per_replica)
@@ -248,7 +248,7 @@ def _predict(self, *args: Any, **kwargs: Any) -> Any:
 def _predict_on_batch(self, *args: Any, **kwargs: Any) -> Any:
     """Keras' predict_on_batch on the batch this worker passes, on this worker."""
     a, state = own_methods.arguments(self, "predict_on_batch", args, kwargs), model_state.state(self)
-    state.backend.family.build_on_first_batch(state.backend, self, a.get("x"))
+    state.backend.build_on_first_batch(self, a.get("x"))
     keras_method = own_methods.own(self, "predict_on_batch")
     return state.backend.predict(self, "predict_on_batch", keras_method, a, state.backend_options)
 
@@ -305,7 +305,7 @@ def _averaged(model: Any, name: str, arguments: dict, whole: bool = False) -> An
     `whole`: evaluate's data is all of it on every process (Backend.evaluates_whole)."""
     return_dict = arguments.get("return_dict", False)
     state = model_state.state(model)
-    state.backend.family.build_on_first_batch(state.backend, model, arguments.get("x"))
+    state.backend.build_on_first_batch(model, arguments.get("x"))
     arguments = {**arguments, "return_dict": True}
     if name == "evaluate":
         logs = combined = state.backend.evaluate(model, own_methods.own(model, name), arguments, whole)

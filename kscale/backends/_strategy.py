@@ -60,7 +60,7 @@ class StrategyBackend(Backend):
             _keras_private.on_distribution_loss_scaling(
                 self.keras_module(), _replica_mean.keras_divided_a_loss, _replica_mean.in_own_step
             )
-            self.family.strategy_made(self)
+            self.family.strategy_made(self.name)
 
     @property
     def strategy(self) -> tf.distribute.Strategy:
@@ -87,11 +87,11 @@ class StrategyBackend(Backend):
     # -- the model: variables must live in the strategy's scope ------------------------------------------
     def check_model(self, model: Any) -> None:
         super().check_model(model)
-        self.family.check_strategy_model(self, model)
+        self.family.check_strategy_model(model, self.name)
 
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         placed = self._placed(model)
-        self.family.strategy_placed(self, placed)
+        self.family.strategy_placed(placed)
         _replica_mean.watch_steps(placed, self.keras_module().Model, several_workers=self.num_workers > 1)
         return placed
 
@@ -127,7 +127,7 @@ class StrategyBackend(Backend):
             return self.reduce_evaluation(model, keras_evaluate(**arguments))
 
     def compile(self, compile_fn: Callable[..., None], optimizer: Any, args: dict, options: Any) -> None:
-        self.family.check_strategy_compile(self, args, optimizer, options)
+        self.family.check_strategy_compile(args, optimizer, options, self.name, self.num_replicas)
         # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
         with self.strategy.scope():
             compile_fn(

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kscale import checkpoint_io, sharding
+from kscale.callbacks import for_this_worker
 from kscale.environment import Environment
 from kscale.errors import SaveError
 
@@ -186,8 +187,36 @@ class Backend(abc.ABC):
         return []
 
     def user_callbacks(self, callbacks: list) -> list:
-        """The user's callbacks as this worker runs them: the same objects, or ones that forward to them."""
-        return self.family.user_callbacks(self, callbacks)
+        """The user's callbacks as this worker runs them: the same objects, or ones that forward to them.
+        The chief's alone where they write; where saving is collective, the family's callbacks that save
+        through collectives run everywhere; a backup the family's Keras keeps for one process only is
+        shared: every process restores, the chief writes."""
+        collective = self.saves_are_collective and self.num_workers > 1
+        everywhere = self.family.collectively_saving_callbacks() if collective else ()
+        callbacks = for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
+        shared = self.family.backup_to_share()
+        if self.num_workers == 1 or shared is None:
+            return callbacks
+        from kscale.callbacks.shared_backup import SharedBackup
+
+        return [
+            SharedBackup(cb, self.is_chief, self.gather, self.barrier) if isinstance(cb, shared) else cb
+            for cb in callbacks
+        ]
+
+    def build_on_first_batch(self, model: Any, x: Any) -> None:
+        """A model the family's Keras would build inside its first step (after the weights are made equal)
+        is built before, in this backend's scope, from the first batch of `x`, and placed as one built
+        before distribute()."""
+        inputs = self.family.first_batch_inputs(model, x)
+        if inputs is None:
+            return
+        try:
+            with self.scope():
+                model(inputs, training=False)
+        except NotImplementedError:  # no call() (keras.io's GAN): its sub-models were built and placed
+            return
+        self.place_model(model)  # in the backend's scope already: the workers' weights are made equal
 
     def callbacks(self, user_callbacks: list, declared_states: bool = False) -> list:
         """What this worker's fit runs: the backend's own first (weights are broadcast and metrics averaged

@@ -14,7 +14,6 @@ from typing import Any
 import tensorflow as tf
 
 from kscale import _keras_private, loss_reduction, sharding, step_weights, tf_data
-from kscale.callbacks import for_this_worker
 from kscale.keras2 import learning_rate, rebuild
 from kscale.rebuild import refuse_stateful, stateful_error
 
@@ -57,32 +56,23 @@ class Keras2Family:
         _keras_private.on_loss_reduction(tf.keras, loss_reduction.scaled_sum, loss_reduction.check)
         step_weights.watch(model, replicas)
 
-    def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
-        """Keras 2 builds such a model inside its first training step, after the weights are broadcast:
-        the workers would start from different weights. Build it before, in the backend's scope, from the
-        first batch of `x`, and agree on its weights as for a model built before distribute()."""
-        if model.built:
-            return
-        inputs = tf_data.first_inputs(x)
-        if inputs is None:  # a generator: Keras builds it; the agreement check compares the workers
-            return
-        try:
-            with backend.scope():
-                model(inputs, training=False)
-        except NotImplementedError:  # no call() (keras.io's GAN): its sub-models were built and placed
-            return
-        backend.place_model(model)  # in the backend's scope already: the workers' weights are made equal
+    def first_batch_inputs(self, model: Any, x: Any) -> Any:
+        """Keras 2 builds a model not built yet inside its first training step, after the weights are
+        broadcast: the workers would start from different weights. The first batch of `x` to build it
+        with before (Backend.build_on_first_batch); None for a generator, which Keras builds from (the
+        agreement check compares the workers)."""
+        return None if model.built else tf_data.first_inputs(x)
 
     # -- under a tf.distribute strategy: tf.keras takes what one process takes ---------------------------------
-    def check_strategy_model(self, backend: Any, model: Any) -> None:
+    def check_strategy_model(self, model: Any, backend_name: str) -> None:
         """A stateful RNN: TensorFlow refuses it under every tf.distribute strategy ("not yet supported")."""
-        refuse_stateful(model, backend.name, _STATEFUL_UNDER_STRATEGIES)
+        refuse_stateful(model, backend_name, _STATEFUL_UNDER_STRATEGIES)
 
-    def strategy_made(self, backend: Any) -> None:
+    def strategy_made(self, backend_name: str) -> None:
         """The strategy is the process's from `import kscale` on: tf.keras refuses a stateful RNN as the
         layer is made, which kscale turns into its own BackendError."""
         _keras_private.on_stateful_rnn_refused(
-            tf.keras, lambda name: stateful_error([name], backend.name, _STATEFUL_UNDER_STRATEGIES)
+            tf.keras, lambda name: stateful_error([name], backend_name, _STATEFUL_UNDER_STRATEGIES)
         )
 
     def strategy_steps(self) -> Any:
@@ -94,7 +84,7 @@ class Keras2Family:
         (_keras_private.h5_weights_read_whole), which a metric's state synchronised on read needs."""
         return _keras_private.h5_weights_read_whole(tf.keras)
 
-    def strategy_placed(self, backend: Any, model: Any) -> None:
+    def strategy_placed(self, model: Any) -> None:
         """A synchronized BatchNormalization sums its statistics over the replicas as tf.keras does, with
         a gradient that weighs each replica's part by its share of a step shared unevenly
         (step_weights.weighed_sum). A model without call() trains as it is."""
@@ -120,7 +110,9 @@ class Keras2Family:
         _keras_private.set_model_strategy(model, strategy)
         return True
 
-    def check_strategy_compile(self, backend: Any, args: dict, optimizer: Any, options: Any) -> None:
+    def check_strategy_compile(
+        self, args: dict, optimizer: Any, options: Any, backend_name: str, replicas: int
+    ) -> None:
         """Nothing to refuse."""
 
     # -- the optimizer and its learning rate -------------------------------------------------------------------
@@ -170,10 +162,11 @@ class Keras2Family:
             return tf_data.weighted_batches_part(part, request)
         return part
 
-    def user_callbacks(self, backend: Any, callbacks: list) -> list:
-        # Where saving is collective (MultiWorkerMirroredStrategy), these save through collectives and must
-        # run on every worker (TensorFlow sends the other workers' copies to scratch folders and deletes them).
-        kinds = tf.keras.callbacks
-        collective = backend.saves_are_collective and backend.num_workers > 1
-        everywhere = (kinds.TensorBoard, kinds.BackupAndRestore) if collective else ()
-        return for_this_worker(callbacks, backend.is_chief, backend.chief_only_callback_types(), everywhere)
+    def collectively_saving_callbacks(self) -> tuple[type, ...]:
+        """Where saving is collective (MultiWorkerMirroredStrategy), these save through collectives and must
+        run on every worker (TensorFlow sends the other workers' copies to scratch folders and deletes them)."""
+        return (tf.keras.callbacks.TensorBoard, tf.keras.callbacks.BackupAndRestore)
+
+    def backup_to_share(self) -> type | None:
+        """Nothing: tf.keras' BackupAndRestore runs on every worker as its backend runs it."""
+        return None

@@ -14,7 +14,6 @@ from typing import Any
 import keras
 
 from kscale import _keras_private, loss_reduction, step_weights
-from kscale.callbacks import for_this_worker
 from kscale.errors import BackendError, ModelError, OptionError
 from kscale.keras3 import data, learning_rate, rebuild
 
@@ -58,8 +57,9 @@ class Keras3Family:
     def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
         return rebuild.fresh_compile_args(args, strategy)
 
-    def build_on_first_batch(self, backend: Any, model: Any, x: Any) -> None:
-        """Nothing: Keras 3 builds it on its first batch, inside the scope its fit enters."""
+    def first_batch_inputs(self, model: Any, x: Any) -> Any:
+        """None: Keras 3 builds a model on its first batch, inside the scope its fit enters."""
+        return None
 
     def watch_step_weights(self, model: Any, replicas: int) -> None:
         """The model's train_step takes the gradient weight off the batches that carry one (its JAX
@@ -70,7 +70,7 @@ class Keras3Family:
         _keras_private.symbolic_build_without(model, step_weights.batch_of)
 
     # -- what Keras 3 cannot do under a tf.distribute strategy: stopped before training, saying what works --
-    def check_strategy_model(self, backend: Any, model: Any) -> None:
+    def check_strategy_model(self, model: Any, backend_name: str) -> None:
         """Keras 3's TensorFlow trainer builds a model under a strategy that it does not find built by
         calling it on the first batch ("Unable to automatically build the model"), which a model without
         call() (keras.io's GAN and VAE, whose train_step calls their sub-models) cannot take; one process
@@ -78,7 +78,7 @@ class Keras3Family:
         if _has_no_call(model) and not _sub_models_built(model):
             raise ModelError(
                 f"{type(model).__name__} has no call(), and Keras 3's TensorFlow trainer builds every model "
-                f"it trains under a tf.distribute strategy (the {backend.name} backend) by calling it, a limit "
+                f"it trains under a tf.distribute strategy (the {backend_name} backend) by calling it, a limit "
                 f"of Keras itself. Build the models {type(model).__name__} holds before kscale.distribute() "
                 "(give each a keras.Input, or call it on a batch), or give the model a call()."
             )
@@ -92,7 +92,7 @@ class Keras3Family:
         """Where Keras 3's load_weights runs under a tf.distribute strategy: as it is."""
         return contextlib.nullcontext()
 
-    def strategy_made(self, backend: Any) -> None:
+    def strategy_made(self, backend_name: str) -> None:
         """Nothing: Keras 3 trains a stateful RNN under a tf.distribute strategy."""
 
     def strategy_left(self, strategy: Any, model: Any) -> None:
@@ -108,7 +108,7 @@ class Keras3Family:
         _keras_private.set_keras3_model_strategy(model, strategy)
         return True
 
-    def strategy_placed(self, backend: Any, model: Any) -> None:
+    def strategy_placed(self, model: Any) -> None:
         """A model without call() whose sub-models are built holds every variable it trains: it is built,
         and says so (Keras' public `built`), so that Keras' trainer does not try to build it by calling it.
         A synchronized BatchNormalization's statistics weigh each replica's gradient by its share of a
@@ -133,18 +133,20 @@ class Keras3Family:
             ]
         return []
 
-    def check_strategy_compile(self, backend: Any, args: dict, optimizer: Any, options: Any) -> None:
+    def check_strategy_compile(
+        self, args: dict, optimizer: Any, options: Any, backend_name: str, replicas: int
+    ) -> None:
         """Keras 3's TensorFlow trainer fails under a strategy with steps_per_execution > 1 (deep in its
         symbolic step: "You must feed a value for placeholder tensor"; Keras 3.15.1, without kscale too), and
         with an optimizer that accumulates gradients (its update is applied inside a `Cond`, where the
         strategy cannot merge the replicas' updates: "`merge_call` called while defining a new graph")."""
-        if backend.num_replicas < 2:
+        if replicas < 2:
             return
         steps = args.get("steps_per_execution") or 1
         if isinstance(steps, int) and steps > 1:
             raise BackendError(
                 f"compile(steps_per_execution={steps}) fails in Keras 3's TensorFlow trainer under a "
-                f"tf.distribute strategy (the {backend.name} backend), a bug of Keras itself. Compile with "
+                f"tf.distribute strategy (the {backend_name} backend), a bug of Keras itself. Compile with "
                 "steps_per_execution=1 (the default) here, or train with Keras 3 on JAX (KERAS_BACKEND=jax, "
                 "`kscale run --engine jax`), where it works."
             )
@@ -152,7 +154,7 @@ class Keras3Family:
         if accumulation > 1:
             raise BackendError(
                 f"gradient_accumulation_steps={accumulation} (the optimizer's, or kscale's option) fails in "
-                f"Keras 3's TensorFlow trainer under a tf.distribute strategy (the {backend.name} backend): "
+                f"Keras 3's TensorFlow trainer under a tf.distribute strategy (the {backend_name} backend): "
                 "the optimizer applies the accumulated gradients inside a conditional, where the strategy "
                 "cannot combine the replicas' updates, a bug of Keras itself (plain Keras with "
                 "MirroredStrategy fails the same way). Train without gradient accumulation here, or train "
@@ -206,19 +208,14 @@ class Keras3Family:
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         return data.worker_part(x, y, sample_weight, request)
 
-    def user_callbacks(self, backend: Any, callbacks: list) -> list:
-        callbacks = for_this_worker(callbacks, backend.is_chief, backend.chief_only_callback_types())
-        if backend.num_workers == 1:
-            return callbacks
-        # Keras 3's BackupAndRestore knows one process only: every process restores, the chief writes.
-        from kscale.callbacks.shared_backup import SharedBackup
+    def collectively_saving_callbacks(self) -> tuple[type, ...]:
+        """None: Keras 3's callbacks save from the chief alone."""
+        return ()
 
-        return [
-            SharedBackup(cb, backend.is_chief, backend.gather, backend.barrier)
-            if isinstance(cb, keras.callbacks.BackupAndRestore)
-            else cb
-            for cb in callbacks
-        ]
+    def backup_to_share(self) -> type | None:
+        """Keras 3's BackupAndRestore knows one process only: every process restores, the chief writes
+        (kscale.callbacks.shared_backup)."""
+        return keras.callbacks.BackupAndRestore
 
 
 def _accumulation_steps(optimizer: Any) -> int:
