@@ -54,6 +54,7 @@ def batch_of(data: Any) -> Any:
 
 def take_off(data: Any) -> Any:
     """The batch without its weight, the weight kept for `scale` (none where the batch has none)."""
+    _local.in_loss = False
     if isinstance(data, Weighted):
         _local.weight = data.weight
         return data.batch
@@ -69,10 +70,22 @@ def current() -> Any:
     return weight
 
 
-def scale(gradients: list) -> list:
-    """The step's gradients times its replica's weight (as they are where the step has none)."""
+def in_loss() -> Any:
+    """This replica's weight, for a loss scaled by it before its backward pass (a mixed-precision loss
+    scale, whose float16 backward pass then carries one process's numbers on a short step too: a replica
+    of fewer samples would carry larger ones, and overflow where one process does not, or the reverse);
+    its gradients are then not weighed again (`scale`). None where the step has none."""
     weight = current()
-    if weight is None:
+    if weight is not None:
+        _local.in_loss = True
+    return weight
+
+
+def scale(gradients: list) -> list:
+    """The step's gradients times its replica's weight (as they are where the step has none, or where
+    the loss carried it: `in_loss`)."""
+    weight = current()
+    if weight is None or getattr(_local, "in_loss", False):
         return gradients
     return [None if g is None else times(g, like(weight, g)) for g in gradients]
 

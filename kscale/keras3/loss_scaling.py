@@ -3,7 +3,8 @@
 The same as tf.keras' (kscale/keras2/loss_scaling.py, which says why): each replica's loss is scaled by S/R
 in `scale_loss`, and the gradients `apply` takes are multiplied by R before the LossScaleOptimizer checks
 them and divides them by S; the float16 backward pass carries one process's numbers and the averaged
-gradient is unchanged. On JAX every step computes the global batch (R is 1): nothing changes there.
+gradient is unchanged; on a short last step, by S times the replica's share instead (step_weights.in_loss).
+On JAX every step computes the global batch (R is 1): nothing changes there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from kscale.subclassing import same_named_subclass
 def _one_process_class(base: type) -> type:
     def scale_loss(self: Any, loss: Any) -> Any:
         scaled, replicas = base.scale_loss(self, loss), loss_reduction.replicas()
-        return scaled if replicas == 1 else keras.ops.multiply(scaled, 1.0 / replicas)
+        if replicas == 1:
+            return scaled
+        weight = step_weights.in_loss()  # a short step's share: its gradients then carry it already
+        if weight is None:
+            return keras.ops.multiply(scaled, 1.0 / replicas)
+        return keras.ops.multiply(scaled, keras.ops.cast(weight, scaled.dtype) / replicas)
 
     def apply(self: Any, grads: Any, trainable_variables: Any = None) -> Any:
         replicas = float(loss_reduction.replicas())

@@ -75,3 +75,24 @@ def test_a_sum_is_a_replicas_share_of_one_processs_sum_inside_the_steps_only():
     alone = Summing()
     step_weights.watch(alone, 1)
     assert alone.train_step((np.zeros(1),)) == 3.0
+
+
+class LossScaledModel(Model):
+    """A step whose loss scale takes the weight into the loss (a mixed-precision loss scale does)."""
+
+    def train_step(self, data):
+        self.seen.append(data)
+        self.in_loss = step_weights.in_loss()
+        return step_weights.scale([np.ones(2, np.float32)])
+
+
+def test_a_weight_the_loss_carried_does_not_weigh_the_gradients_again_and_only_in_that_step():
+    model = LossScaledModel()
+    step_weights.watch(model, 2)
+    batch = (np.zeros((3, 1)), np.zeros(3))
+    gradients = model.train_step(Weighted(batch, np.float32(1.5)))
+    assert model.in_loss == np.float32(1.5)
+    np.testing.assert_array_equal(gradients[0], [1.0, 1.0])
+    plain = Model()
+    step_weights.watch(plain, 2)
+    np.testing.assert_array_equal(plain.train_step(Weighted(batch, np.float32(1.5)))[0], [1.5, 1.5])
