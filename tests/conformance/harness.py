@@ -154,6 +154,14 @@ def _plain(value: Any) -> Any:
     return np.asarray(value)
 
 
+def loss_scale(job: Job, optimizer: Any) -> float:
+    """A mixed-precision LossScaleOptimizer's dynamic loss scale now (tf.keras and Keras 3 name it apart)."""
+    keras = job.keras
+    if job.family == "keras2":
+        return float(np.asarray(keras.backend.get_value(optimizer.loss_scale)))
+    return float(np.asarray(keras.ops.convert_to_numpy(optimizer.dynamic_scale)))
+
+
 def data(samples: int, features: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A small regression problem, the same on every rank."""
     rng = np.random.default_rng(seed)

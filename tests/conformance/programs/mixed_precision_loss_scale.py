@@ -8,9 +8,7 @@ one process's at 2^8: 0.055 off; the generator's seeds 16 and 45: the scale halv
 Not reproduced: an overflow of a sum over the global batch (a kernel's gradient) that no replica's half
 reaches (docs/guide/what-works.md)."""
 
-import numpy as np
-
-from tests.conformance.harness import data
+from tests.conformance.harness import data, loss_scale
 
 FAMILIES = ("keras2", "keras3-tf")
 EXACT = True
@@ -36,12 +34,7 @@ def main(job):
         model = job.distribute(model)
         history = model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
         job.record("history", history.history)
-        optimizer = model.optimizer
-        if job.family == "keras2":
-            scale = keras.backend.get_value(optimizer.loss_scale)
-        else:
-            scale = keras.ops.convert_to_numpy(optimizer.dynamic_scale)
-        job.record("loss_scale", float(np.asarray(scale)))
+        job.record("loss_scale", loss_scale(job, model.optimizer))
     finally:
         keras.mixed_precision.set_global_policy("float32")
     return model

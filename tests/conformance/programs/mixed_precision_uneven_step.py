@@ -8,6 +8,8 @@ smaller: one process's dynamic loss scale overflowed at a step where kscale's di
 
 import numpy as np
 
+from tests.conformance.harness import loss_scale
+
 FAMILIES = ("keras2", "keras3-tf", "keras3-torch")
 EXACT = True
 TOLERANCE = 0.05  # float16 compute: the same sums in another order round otherwise
@@ -39,12 +41,7 @@ def main(job):
         inputs, targets = {"main": x, "aux": aux}, {"out_a": y, "out_b": y_b}
         history = model.fit(inputs, targets, batch_size=job.batch(4), epochs=3, verbose=0)
         job.record("history", history.history)
-        optimizer = model.optimizer
-        if job.family == "keras2":
-            scale = keras.backend.get_value(optimizer.loss_scale)
-        else:
-            scale = keras.ops.convert_to_numpy(optimizer.dynamic_scale)
-        job.record("loss_scale", float(np.asarray(scale)))
+        job.record("loss_scale", loss_scale(job, model.optimizer))
     finally:
         keras.mixed_precision.set_global_policy("float32")
     return model

@@ -20,7 +20,9 @@ def main(job):
     model = keras.Sequential(
         [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
     )
-    model.compile(optimizer=keras.optimizers.AdamW(job.rate(0.01), weight_decay=0.01), loss="mse", metrics=["mae"])
+    model.compile(
+        optimizer=keras.optimizers.AdamW(job.rate(0.01), weight_decay=0.01), loss="mse", metrics=["mae"]
+    )
     model = job.distribute(model)
     model.fit(x, y, batch_size=job.batch(4), epochs=2, shuffle=False, verbose=0)
     path = job.path("model.keras" if job.family != "keras2" else "model.h5")
