@@ -560,12 +560,12 @@ def keras3_strategy_fixed() -> Iterator[None]:
 
     def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
         metric_logs = self.get_metrics_result()
+        # Keras' own rule, its names compared flattened: the metrics read once, not again in Keras' method
         if isinstance(logs, dict) and _flat_names(logs) == set(metric_logs):
             return metric_logs
-        return original_results_or_logs(self, logs)
+        return logs
 
     own_results_or_logs = trainer.TensorFlowTrainer.__dict__.get(_RESULTS_OR_LOGS)
-    original_results_or_logs = getattr(trainer.TensorFlowTrainer, _RESULTS_OR_LOGS)
     trainer.reduce_per_replica = reduce_per_replica
     trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
     setattr(trainer.TensorFlowTrainer, _RESULTS_OR_LOGS, _get_metrics_result_or_logs)
