@@ -126,38 +126,34 @@ docs: $(DOCS)/.ready
 # end-to-end tests of tests/stack (equivalence through kscale run, the LSTM example, kscale test) and the
 # conformance suite (tests/conformance: Keras programs as users write them, under every backend).
 # Two streams side by side, each building the venvs it needs as it goes: lint, the documentation site's
-# strict build (make docs: its venv, then about 10 s), lanes A and C-jax; lanes C-tf, B and C-torch in turn.
-# Lane B runs each conformance program and generated seed under one way (test-b): its tests went from
-# 2,090 s to about half, so C-torch went back to the second stream. Before that (at bf08d70 the streams' tests took 3,121 s and 3,769 s with C-torch, 389 s, last in the second: 4,310 s
-# in all; it moved to the first to even them, and gained nothing: 4,371 s at 7338dd6, every lane slower with
-# both streams busy to the end); before that (the streams' tests took 2,902 s and 3,057 s at f82bccf: A 2,142, C-jax 760; C-tf 1,455, B 1,243,
-# C-torch 359; C-jax was in the second stream then, which ran 1,300 s alone). One lane's tests leave part of the two cores idle (workers starting,
-# rendezvous, waiting on each other; measured: 153% CPU), and a venv's build mostly waits on downloads:
-# the other stream fills both. Each line says its lane. Measured on a fresh clone of this 2-core machine
-# (`bash .ci/run`, commit ab18a1b): 2,137 s in all, set-up included (lane A's tests 1,562 s, B 678,
-# C-TF 656, C-JAX 292; 182% CPU); at 0f1633f 2,392 s (every lane 7-10% slower on a busier machine); at
-# 3ecc73c 1,654 s (A 1,158 s, B 461, C-TF 525, C-JAX 265; pip's cache warm; AMD EPYC Zen 4, AVX-512, no AMX);
-# at 574d46b 2,031 s with the torch lane last in the second stream (A 1,230 s, B 484, C-TF 647 with Ray,
-# C-JAX 287, C-torch 176; pip's cache warm, Ray and torch's CPU wheel local or cached);
-# at b90adc7, with a CPU-bound process (python -c "while True: pass") beside it all along, 4,939 s (A 2,545 s,
-# C-TF 1,794, B 1,389, C-JAX 492, C-torch 447: slower, green).
+# strict build (make docs: its venv, then about 10 s), lanes A, C-jax and C-torch; lanes C-tf and B.
+# One lane's tests leave part of the two cores idle (workers starting, rendezvous, waiting on each other;
+# measured: 153% CPU), and a venv's build mostly waits on downloads: the other stream fills both.
+# Each line says its lane. Lanes A and B run each tf.keras conformance program and generated seed under
+# one of the three ways in turn, A from the next way to B's (--one-way-per-program=1 and =0): every
+# program and every way in each lane, two of each program's three ways between them (`make generated`
+# runs every pair of any seeds). Measured on a fresh clone of this 2-core machine (`bash .ci/run`):
+# 2,137 s at ab18a1b; 3,551 s at fe1a3ae and 4,580 s at 3469318 with every pair in lane A (A's tests
+# 2,892 s, C-tf 1,907, B 1,240, C-jax 950, C-torch 676, on a slow night), C-torch in the second stream;
+# at b90adc7, with a CPU-bound process (python -c "while True: pass") beside it all along, 4,939 s
+# (slower, green). CHANGELOG.md has each change of this plan and its measurement.
 test:
 	$(MAKE) --no-print-directory -j2 stream-a stream-others
 
 stream-a:
 	set -o pipefail; $(MAKE) --no-print-directory lint docs test-a 2>&1 | sed -u 's/^/[A] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-jax 2>&1 | sed -u 's/^/[C-jax] /'
+	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
 stream-others:
 	set -o pipefail; $(MAKE) --no-print-directory test-tf221 2>&1 | sed -u 's/^/[C-tf] /'
 	set -o pipefail; $(MAKE) --no-print-directory test-b 2>&1 | sed -u 's/^/[B] /'
-	set -o pipefail; $(MAKE) --no-print-directory test-torch 2>&1 | sed -u 's/^/[C-torch] /'
 
 # Not the Keras 3 lanes' own folders (keras3, torch_lane, ray_train, recipes): lane A has no Keras 3, torch
 # or Ray.
 KERAS3_ONLY := --ignore=tests/keras3 --ignore=tests/torch_lane --ignore=tests/ray_train --ignore=tests/recipes
 test-a: venv sshd
-	$(PY) $(PYTEST) $(KERAS3_ONLY)
+	$(PY) $(PYTEST) $(KERAS3_ONLY) --one-way-per-program=1
 
 # Lane B also runs the multi-process tests of what every tf.keras lane promises (exact metrics, chief-only
 # writes, BackupAndRestore and resume, the Keras API under every launcher); lane A runs them all. Not
@@ -169,11 +165,10 @@ LANE_B_MULTIPROCESS := tests/multiprocess/test_exact_metrics.py tests/multiproce
 # Horovod, tf.distribute) lane A benchmarks with the same code. tests/ray_train: Ray's TensorflowTrainer
 # with a tf.keras program where tf_keras is installed (this lane has it, and Keras 3 beside it).
 # The conformance suite and the generated seeds: each program under one of the three ways in turn
-# (--one-way-per-program; every program and every way, not every pair: lane A runs every pair of tf.keras,
-# and `make generated LANES=b` every pair of any seeds). Every pair here took 1,431 s of CI's 4,371 at 7338dd6.
+# (--one-way-per-program, K=0; lane A: K=1). Every pair here took 1,431 s of CI's 4,371 at 7338dd6.
 test-b: $(LANE_B)/.ready
 	TF_USE_LEGACY_KERAS=1 $(LANE_B)/bin/python $(PYTEST) tests/core tests/unit tests/stack tests/conformance \
-	  $(LANE_B_MULTIPROCESS) tests/ray_train --deselect tests/stack/test_stack_bench.py --one-way-per-program
+	  $(LANE_B_MULTIPROCESS) tests/ray_train --deselect tests/stack/test_stack_bench.py --one-way-per-program=0
 
 # tests/recipes: the cluster recipes of examples/kubernetes and examples/slurm, each started with its
 # engine's variables, each in the lane of its stack (JAX: Kubeflow's JAX runtime and SLURM's jax engine).

@@ -113,13 +113,6 @@ def close_rendezvous_server(server: Any) -> None:
     server._httpd.server_close()  # stop() shuts the loop down but leaves the socket open
 
 
-def name_like_original(wrapped: Any, inner: Any) -> None:
-    """Horovod's DistributedOptimizer subclasses the optimizer on the fly and names the class like the
-    original "so that the saved model could be easily restored without Horovod"; the .keras format also
-    records the module, which would be horovod._keras. Give the class the original's module to finish that."""
-    type(wrapped).__module__ = type(inner).__module__
-
-
 def allreduce_without_autograph(wrapped: Any) -> None:
     """Horovod's DistributedOptimizer averages gradients through `_allreduce_grads`, a `tf.function` with
     AutoGraph on: the first trace converts it and everything it calls (55 of Horovod's functions, about

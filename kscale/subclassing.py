@@ -18,15 +18,17 @@ _KERAS_PACKAGES = ("keras", "tf_keras")
 
 def same_named_subclass(base: type, namespace: dict[str, Any]) -> type:
     """A subclass of `base` with `namespace`'s attributes, saved by Keras as `base` is."""
-    attributes = {**namespace, "__module__": base.__module__, "__qualname__": base.__qualname__}
-    subclass = type(base.__name__, (base,), attributes)
+    subclass = type(base.__name__, (base,), dict(namespace))
     save_as(subclass, base)
     return subclass
 
 
 def save_as(subclass: type, base: type) -> None:
-    """Keras saves `subclass` under `base`'s registered name (a subclass made by another library, such as
-    Horovod's DistributedOptimizer); loading that name still gives what it gave."""
+    """Keras saves `subclass` as `base`: `base`'s module and qualified name (the .keras format records the
+    module) and registered name; loading that name still gives what it gave. Also for a subclass made by
+    another library: Horovod's DistributedOptimizer names its class like the original "so that the saved
+    model could be easily restored without Horovod", and leaves it in horovod._keras."""
+    subclass.__module__, subclass.__qualname__ = base.__module__, base.__qualname__
     utils = _keras_utils_of(base)
     if utils is None:
         return

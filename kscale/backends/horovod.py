@@ -111,8 +111,7 @@ class HorovodBackend(Backend):
                 backward_passes_per_step=options.backward_passes_per_step,
                 average_aggregated_gradients=True,
             )
-            _horovod_private.name_like_original(wrapped, inner)  # saved files name the user's class
-            subclassing.save_as(type(wrapped), type(inner))  # under its registered name: Custom>AdamW
+            subclassing.save_as(type(wrapped), type(inner))  # saved files name the user's class
             _horovod_private.allreduce_without_autograph(wrapped)  # seconds off every worker's start
             _horovod_private.weigh_before_allreduce(wrapped, step_weights.scale)  # a shared last step
             average_every_update(wrapped)

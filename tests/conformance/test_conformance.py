@@ -70,12 +70,17 @@ EACH_PROGRAM = 300
 JOBS_LIMIT = 2 * EACH_PROGRAM * (len(PROGRAMS) + 2)
 
 
-def cells(names: list[str], ways: list[str], one_way_each: bool) -> list[tuple[str, str]]:
+def cells(names: list[str], ways: list[str], one_way_from: int | None) -> list[tuple[str, str]]:
     """(way, program) pairs to run, grouped by way (one launch each): every pair, or each program under
-    one way in turn (--one-way-per-program)."""
-    if not one_way_each:
+    one way in turn (--one-way-per-program=K: the j-th program under way (j + K) mod the lane's ways, so
+    two lanes of a family with different K run different pairs)."""
+    if one_way_from is None:
         return [(way, name) for way in ways for name in names]
-    return [(way, name) for i, way in enumerate(ways) for name in names[i :: len(ways)]]
+    return [
+        (way, name)
+        for i, way in enumerate(ways)
+        for name in names[(i - one_way_from) % len(ways) :: len(ways)]
+    ]
 
 
 def parametrize_cells(metafunc, names: list[str]) -> None:
@@ -167,8 +172,12 @@ def test_the_readme_table_lists_every_program_once():
 
 def test_one_way_per_program_runs_every_program_once_and_every_way():
     names, ways = [f"p{i}" for i in range(7)], ["horovod", "multi_worker", "mirrored"]
-    every_pair = cells(names, ways, one_way_each=False)
+    every_pair = cells(names, ways, None)
     assert sorted(every_pair) == sorted((w, n) for w in ways for n in names)
-    spread = cells(names, ways, one_way_each=True)
-    assert sorted(n for _, n in spread) == names and {w for w, _ in spread} == set(ways)
-    assert [w for w, _ in spread] == sorted((w for w, _ in spread), key=ways.index)  # one launch a way
+    for k in range(3):
+        spread = cells(names, ways, k)
+        assert sorted(n for _, n in spread) == names and {w for w, _ in spread} == set(ways)
+        assert [w for w, _ in spread] == sorted((w for w, _ in spread), key=ways.index)  # one launch a way
+        assert dict((n, w) for w, n in spread) == {n: ways[(j + k) % 3] for j, n in enumerate(names)}
+    # lanes A (K=1) and B (K=0) of tf.keras: each program under two different ways between them
+    assert not set(cells(names, ways, 0)) & set(cells(names, ways, 1))

@@ -94,17 +94,6 @@ def test_the_rendezvous_server_serves_on_the_port_given_and_closes():
         again.bind(("", port))
 
 
-def test_a_distributed_optimizer_class_keeps_the_users_module():
-    import horovod.tensorflow.keras as hvd
-    import tensorflow as tf
-
-    inner = tf.keras.optimizers.SGD(0.1)
-    wrapped = hvd.DistributedOptimizer(inner)
-    _horovod_private.name_like_original(wrapped, inner)
-    assert type(wrapped).__name__ == type(inner).__name__
-    assert type(wrapped).__module__ == type(inner).__module__
-
-
 def test_the_allreduce_kscale_traces_without_autograph_is_still_horovods_tf_function():
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf

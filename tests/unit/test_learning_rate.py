@@ -129,3 +129,23 @@ def test_horovod_style_subclass_of_the_scaled_class_does_not_recurse():
     attach_scaling(optimizer, rate_scaling(2.0, warmup=False))
     assert step_size(optimizer) == pytest.approx([0.2])
     assert np.isfinite(step_size(optimizer)[0])
+
+
+def test_horovods_optimizer_class_is_saved_as_the_users():
+    """Horovod's DistributedOptimizer class is named like the user's but lives in horovod._keras: saved
+    files (which record the module, and tf.keras 2.15's "Custom>AdamW") must name the user's class."""
+    hvd = pytest.importorskip("horovod.tensorflow.keras")
+    from kscale import subclassing
+
+    inner = tf.keras.optimizers.AdamW(0.01)
+    wrapped = hvd.DistributedOptimizer(inner)
+    assert type(wrapped).__module__ != type(inner).__module__  # what save_as mends
+    subclassing.save_as(type(wrapped), type(inner))
+    assert (type(wrapped).__module__, type(wrapped).__qualname__) == (
+        type(inner).__module__,
+        type(inner).__qualname__,
+    )
+    registered = tf.keras.utils.get_registered_name
+    assert registered(type(wrapped)) == registered(tf.keras.optimizers.AdamW)
+    config = tf.keras.optimizers.serialize(wrapped)
+    assert type(tf.keras.optimizers.deserialize(config)) is tf.keras.optimizers.AdamW
