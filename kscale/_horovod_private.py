@@ -130,7 +130,8 @@ def weigh_before_allreduce(wrapped: Any, weigh: Any) -> None:
     """Give the gradients Horovod's DistributedOptimizer averages `weigh(gradients)` first: a replica's
     share of a step whose slices differ in size (kscale.step_weights). `_allreduce(grads, vars)` is where
     both of its paths meet (compute_gradients, which minimize calls, and kscale's aggregate_gradients);
-    Horovod has no public hook before its average. Bound to the object, as the rest of kscale's wrapping."""
+    Horovod has no public hook before its average. Bound to the object: Horovod's methods call
+    `super(self.__class__, self)`, which a subclass of its class would send back into them without end."""
     cls = type(wrapped)
 
     def _allreduce(self: Any, grads: Any, variables: Any) -> Any:

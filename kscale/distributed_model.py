@@ -28,6 +28,7 @@ from kscale import (
     frameworks,
     metric_states,
     model_state,
+    model_steps,
     own_methods,
     plan_notes,
     seeding,
@@ -76,7 +77,8 @@ def distribute(model: Any, **options: Any) -> Any:
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
     with seeding.users_random_state_kept():
         placed = backend.place_model(model)
-    backend.family.watch_step_weights(placed, backend.loss_replicas)
+    backend.family.prepare_steps(placed)
+    model_steps.bind(placed, [backend.around_steps(placed), step_weights.around(backend.loss_replicas)])
     plan = Plan(
         backend=backend.name,
         num_workers=backend.num_workers,

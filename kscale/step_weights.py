@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from kscale.model_steps import Layer
 from kscale.subclassing import same_named_subclass
 
 
@@ -207,42 +208,24 @@ def weigh_one_number_means(metrics: list, mean_class: type) -> None:
             object.__setattr__(metric, "update_state", _weighed_update(own))
 
 
-def watch(model: Any, replicas: int, stateless: bool = False) -> None:
-    """Make `model`'s train_step take the weight off each batch first, and its train_step and test_step
-    run as one replica's of `replicas` (kscale.loss_reduction), once per model. `stateless`: Keras 3 on
-    JAX, whose steps take (state, data)."""
+def around(replicas: int) -> Layer:
+    """kscale.model_steps' outermost layer: the train step takes the weight off each batch first (the
+    batch is its last argument: JAX's steps take the state before it), and both steps run as one
+    replica's of `replicas` (kscale.loss_reduction)."""
     from kscale.loss_reduction import replica_step
 
-    if "_kscale_step_weights" in vars(model):
-        return
-    step, test = model.train_step, model.test_step  # the class's, or what kscale bound before
-
-    if stateless:
-
-        def train_step(state: Any, data: Any) -> Any:
+    def layer(step: Callable[..., Any], test: Callable[..., Any]) -> tuple[Callable, Callable]:
+        def train_step(*args: Any) -> Any:
             try:
                 with replica_step(replicas):
-                    return step(state, take_off(data))
+                    return step(*args[:-1], take_off(args[-1]))
             finally:
                 _local.weight = None  # no stale weight for an update outside the step
 
-        def test_step(state: Any, data: Any) -> Any:
+        def test_step(*args: Any) -> Any:
             with replica_step(replicas):
-                return test(state, batch_of(data))
+                return test(*args[:-1], batch_of(args[-1]))
 
-    else:
+        return train_step, test_step
 
-        def train_step(data: Any) -> Any:
-            try:
-                with replica_step(replicas):
-                    return step(take_off(data))
-            finally:
-                _local.weight = None
-
-        def test_step(data: Any) -> Any:
-            with replica_step(replicas):
-                return test(batch_of(data))
-
-    object.__setattr__(model, "train_step", train_step)
-    object.__setattr__(model, "test_step", test_step)
-    object.__setattr__(model, "_kscale_step_weights", True)
+    return layer

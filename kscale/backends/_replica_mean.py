@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 import threading
-import types
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from kscale import _keras_private, step_weights
+from kscale.model_steps import Layer
 from kscale.subclassing import same_named_subclass
 
 #: Per thread (MirroredStrategy traces each replica's step in a thread of its own): whether Keras
@@ -70,8 +71,9 @@ def _replicas_mean(outputs: Any) -> Any:
     return tf.nest.pack_sequence_as(outputs, flat)
 
 
-def watch_steps(model: Any, base: type, several_workers: bool = False) -> None:
-    """Start each (traced) train_step of `model` with nothing noted, so evaluation's losses never count.
+def around_steps(model: Any, base: type, several_workers: bool = False) -> Layer:
+    """kscale.model_steps' layer under a strategy: each (traced) train_step starts with nothing noted, so
+    evaluation's losses never count, and Keras leaves its losses undivided while a step is traced.
 
     Where the class writes its own train_step or test_step (not `base`'s) and Keras would sum their
     outputs over the replicas (Keras 2), they return the replicas' mean instead (`_replicas_mean`). Keras'
@@ -79,36 +81,32 @@ def watch_steps(model: Any, base: type, several_workers: bool = False) -> None:
     2 sums each worker's own ("auto"), an accuracy of 1.5 on two workers in the progress bar and in every
     batch's logs; the first replica's are what Horovod's progress bar shows (rank 0's), and the epoch's
     logs are read from the metrics' summed states either way."""
-    if "_kscale_watched_step" in vars(model):
-        return
-    own_train, own_test = type(model).train_step, type(model).test_step
     keras2_sum = getattr(model, "distribute_reduction_method", None) == "auto"  # Keras 2's "auto": a sum
-    own_steps = own_train is not base.train_step or own_test is not base.test_step
+    own_steps = type(model).train_step is not base.train_step or type(model).test_step is not base.test_step
     mean_outputs = keras2_sum and own_steps
-    if keras2_sum and several_workers and not own_steps:
+    if keras2_sum and (several_workers or own_steps):
         model.distribute_reduction_method = "first"
     finish = _replicas_mean if mean_outputs else (lambda outputs: outputs)
 
-    def train_step(self: Any, data: Any) -> Any:
-        _step_begins()
-        _traced.in_step = True
-        try:
-            return finish(own_train(self, data))
-        finally:
-            _traced.in_step = False
+    def layer(step: Callable[..., Any], test: Callable[..., Any]) -> tuple[Callable, Callable]:
+        def train_step(data: Any) -> Any:
+            _step_begins()
+            _traced.in_step = True
+            try:
+                return finish(step(data))
+            finally:
+                _traced.in_step = False
 
-    def test_step(self: Any, data: Any) -> Any:
-        _traced.in_step = True
-        try:
-            return finish(own_test(self, data))
-        finally:
-            _traced.in_step = False
+        def test_step(data: Any) -> Any:
+            _traced.in_step = True
+            try:
+                return finish(test(data))
+            finally:
+                _traced.in_step = False
 
-    object.__setattr__(model, "train_step", types.MethodType(train_step, model))
-    object.__setattr__(model, "test_step", types.MethodType(test_step, model))
-    if mean_outputs:
-        model.distribute_reduction_method = "first"
-    object.__setattr__(model, "_kscale_watched_step", True)
+        return train_step, test_step
+
+    return layer
 
 
 def _per_replica(gradients: list) -> list:

@@ -22,6 +22,7 @@ from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError
 from kscale.metric_states import declared_reductions, log_value, reduce_rows, results_from_states
+from kscale.model_steps import Layer
 
 
 class StrategyBackend(Backend):
@@ -92,8 +93,12 @@ class StrategyBackend(Backend):
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
         placed = self._placed(model)
         self.family.strategy_placed(placed)
-        _replica_mean.watch_steps(placed, self.keras_module().Model, several_workers=self.num_workers > 1)
         return placed
+
+    def around_steps(self, model: Any) -> Layer:
+        return _replica_mean.around_steps(
+            model, self.keras_module().Model, several_workers=self.num_workers > 1
+        )
 
     def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
         self._release_process_strategy(model)

@@ -21,6 +21,7 @@ from kscale import checkpoint_io, sharding
 from kscale.callbacks import for_this_worker
 from kscale.environment import Environment
 from kscale.errors import SaveError
+from kscale.model_steps import Layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +155,11 @@ class Backend(abc.ABC):
     def place_model(self, model: Any) -> Any:
         """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
         return model
+
+    def around_steps(self, model: Any) -> Layer | None:
+        """This backend's layer around the model's train_step and test_step (kscale.model_steps), or
+        None."""
+        return None
 
     @property
     def loss_replicas(self) -> int:

@@ -257,8 +257,10 @@ def average_every_update(optimizer: Any) -> None:
     `apply_gradients`, which Horovod leaves to Keras (a sum over this process's one replica): those
     gradients were never averaged and the workers drifted apart. Here `aggregate_gradients` averages
     them, unless they are the ones `compute_gradients` already averaged (minimize: no second allreduce).
-    Bound to the object, as Keras binds `train_function`; the reduction is Horovod's own (with its
-    compression and local-variable rules): kscale._horovod_private.allreduce.
+    Bound to the object, as Keras binds `train_function`, not given as a subclass of Horovod's class as
+    kscale's other optimizer classes are (kscale.subclassing): Horovod's methods call
+    `super(self.__class__, self)`, which a subclass would send back into them without end. The reduction
+    is Horovod's own (with its compression and local-variable rules): kscale._horovod_private.allreduce.
     """
     if not hasattr(type(optimizer), "aggregate_gradients"):  # a legacy optimizer: Horovod's own paths
         return

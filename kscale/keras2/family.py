@@ -50,11 +50,9 @@ class Keras2Family:
     def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
         return rebuild.clone_compile_args(args, strategy)
 
-    def watch_step_weights(self, model: Any, replicas: int) -> None:
-        """The model's train_step takes the gradient weight off the batches that carry one, and its steps
-        reduce their losses as one of `replicas` replicas (kscale.loss_reduction)."""
+    def prepare_steps(self, model: Any) -> None:
+        """Keras' losses reduce as one replica's in the steps kscale runs (kscale.loss_reduction)."""
         _keras_private.on_loss_reduction(tf.keras, loss_reduction.scaled_sum, loss_reduction.check)
-        step_weights.watch(model, replicas)
 
     def first_batch_inputs(self, model: Any, x: Any) -> Any:
         """Keras 2 builds a model not built yet inside its first training step, after the weights are

@@ -61,12 +61,11 @@ class Keras3Family:
         """None: Keras 3 builds a model on its first batch, inside the scope its fit enters."""
         return None
 
-    def watch_step_weights(self, model: Any, replicas: int) -> None:
-        """The model's train_step takes the gradient weight off the batches that carry one (its JAX
-        train_step takes (state, data)); and Keras 3 reads a batch itself to build the model before fit's
-        first step: without the weight around it."""
+    def prepare_steps(self, model: Any) -> None:
+        """Keras' losses reduce as one replica's in the steps kscale runs (kscale.loss_reduction); and Keras
+        3 reads a batch itself to build the model before fit's first step: without the gradient weight a
+        batch carries (kscale.step_weights)."""
         _keras_private.on_loss_reduction(keras, loss_reduction.scaled_sum, loss_reduction.check)
-        step_weights.watch(model, replicas, stateless=keras.config.backend() == "jax")
         _keras_private.symbolic_build_without(model, step_weights.batch_of)
 
     # -- what Keras 3 cannot do under a tf.distribute strategy: stopped before training, saying what works --

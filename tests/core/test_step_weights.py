@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kscale import loss_reduction, step_weights
+from kscale import loss_reduction, model_steps, step_weights
 from kscale.step_weights import Weighted
+
+
+def watch(model, replicas: int) -> None:
+    """The model's steps inside step_weights' layer alone, as kscale.model_steps binds them."""
+    model_steps.bind(model, [step_weights.around(replicas)])
 
 
 class Model:
@@ -25,7 +30,7 @@ class Model:
 
 def test_the_step_gets_the_batch_and_its_gradients_are_weighted_by_its_share():
     model = Model()
-    step_weights.watch(model, 2)
+    watch(model, 2)
     batch = (np.zeros((3, 1)), np.zeros(3))
     gradients = model.train_step(Weighted(batch, np.float32(1.5)))
     assert model.seen[-1] is batch and gradients[1] is None
@@ -37,8 +42,8 @@ def test_the_step_gets_the_batch_and_its_gradients_are_weighted_by_its_share():
 
 def test_a_batch_without_a_weight_and_an_update_outside_the_step_are_left_alone():
     model = Model()
-    step_weights.watch(model, 2)
-    step_weights.watch(model, 2)  # once per model
+    watch(model, 2)
+    watch(model, 2)  # once per model
     model.train_step(Weighted((np.zeros(1),), 2.0))
     np.testing.assert_array_equal(model.train_step((np.zeros(1),))[0], [1.0, 1.0])
     plain = [np.ones(2, np.float32)]
@@ -55,7 +60,7 @@ def test_a_stateless_step_takes_its_state_first():
             return loss_reduction.scaled_sum(np.float32(1.0))
 
     model = Stateless()
-    step_weights.watch(model, 2, stateless=True)
+    watch(model, 2)  # the batch is the last argument
     assert model.train_step("state", Weighted("batch", 1.0)) == ("state", "batch")
 
 
@@ -67,13 +72,13 @@ def test_a_sum_is_a_replicas_share_of_one_processs_sum_inside_the_steps_only():
             return loss_reduction.scaled_sum(np.float32(3.0))
 
     model = Summing()
-    step_weights.watch(model, 2)
+    watch(model, 2)
     assert model.train_step((np.zeros(1),)) == 6.0  # a full step: x R
     assert model.train_step(Weighted((np.zeros(1),), np.float32(1.5))) == 4.0  # x R / w
     assert model.test_step((np.zeros(1),)) == 6.0
     assert loss_reduction.scaled_sum(np.float32(3.0)) == 3.0  # outside a step: as Keras computed it
     alone = Summing()
-    step_weights.watch(alone, 1)
+    watch(alone, 1)
     assert alone.train_step((np.zeros(1),)) == 3.0
 
 
@@ -88,11 +93,11 @@ class LossScaledModel(Model):
 
 def test_a_weight_the_loss_carried_does_not_weigh_the_gradients_again_and_only_in_that_step():
     model = LossScaledModel()
-    step_weights.watch(model, 2)
+    watch(model, 2)
     batch = (np.zeros((3, 1)), np.zeros(3))
     gradients = model.train_step(Weighted(batch, np.float32(1.5)))
     assert model.in_loss == np.float32(1.5)
     np.testing.assert_array_equal(gradients[0], [1.0, 1.0])
     plain = Model()
-    step_weights.watch(plain, 2)
+    watch(plain, 2)
     np.testing.assert_array_equal(plain.train_step(Weighted(batch, np.float32(1.5)))[0], [1.5, 1.5])
