@@ -131,10 +131,12 @@ docs: $(DOCS)/.ready
 # measured: 153% CPU), and a venv's build mostly waits on downloads: the other stream fills both.
 # Each line says its lane. Lanes A and B run each tf.keras conformance program and generated seed under
 # one of the three ways in turn, A from the next way to B's (--one-way-per-program=1 and =0): every
-# program and every way in each lane, two of each program's three ways between them (`make generated`
-# runs every pair of any seeds). Measured on a fresh clone of this 2-core machine (`bash .ci/run`):
+# program and every way in each lane, two of each program's three ways between them; lane C-tf each under
+# one of its two (`make generated` runs every pair of any seeds; `pytest tests/conformance` without the
+# option every pair of the named programs). Measured on a fresh clone of this 2-core machine (`bash .ci/run`):
 # 2,137 s at ab18a1b; 3,551 s at fe1a3ae and 4,580 s at 3469318 with every pair in lane A (A's tests
 # 2,892 s, C-tf 1,907, B 1,240, C-jax 950, C-torch 676, on a slow night), C-torch in the second stream;
+# at 14d1f5d, one way per program in lane A: A's tests 1,825 s, C-tf's 1,809;
 # at b90adc7, with a CPU-bound process (python -c "while True: pass") beside it all along, 4,939 s
 # (slower, green). CHANGELOG.md has each change of this plan and its measurement.
 test:
@@ -178,13 +180,15 @@ test-jax: $(LANE_JAX)/.ready
 
 # Lane C on TensorFlow also trains across two hosts (network namespaces, as root): Keras 3's multi_worker;
 # and the TFJob recipe (examples/kubernetes/tfjob-tensorflow.yaml: TF_CONFIG as Kubeflow's operator writes it).
+# Its conformance programs and generated seeds each under mirrored or multi_worker in turn
+# (--one-way-per-program): both ways took 1,190 s of the lane's 1,809 at 14d1f5d, the longest of CI's streams.
 # Not here: `kscale bench --quick` (13 launches, 5 minutes of CI), whose single and mirrored backends run
 # the code lane A and the JAX lane bench; what only this lane runs of the bench (multi_worker against
 # TensorFlow's custom loop, in one job, profiled) is tests/keras3/test_bench_keras3.py.
 test-tf221: $(LANE_TF)/.ready
 	KERAS_BACKEND=tensorflow $(LANE_TF)/bin/python $(PYTEST) tests/core tests/keras3 tests/stack tests/conformance \
 	  tests/multihost/test_multihost.py tests/ray_train tests/recipes/test_kubeflow_tfjob.py \
-	  --deselect tests/stack/test_stack_bench.py
+	  --deselect tests/stack/test_stack_bench.py --one-way-per-program
 
 # Lane C on torch: the framework-free tests, the stack's end-to-end tests and the conformance suite under
 # `kscale run --engine torch` (torchrun), tests/torch_lane (a killed worker, a process group made first)
