@@ -136,7 +136,9 @@ docs: $(DOCS)/.ready
 # option every pair of the named programs). Measured on a fresh clone of this 2-core machine (`bash .ci/run`):
 # 2,137 s at ab18a1b; 3,551 s at fe1a3ae and 4,580 s at 3469318 with every pair in lane A (A's tests
 # 2,892 s, C-tf 1,907, B 1,240, C-jax 950, C-torch 676, on a slow night), C-torch in the second stream;
-# at 14d1f5d, one way per program in lane A: A's tests 1,825 s, C-tf's 1,809;
+# at 14d1f5d, one way per program in lane A and C-torch in the first stream, 3,550 s (A's tests 1,825 s,
+# C-tf's 1,809, with other work beside it); at 9e2b821, one way in C-tf too, 2,928 s quiet (A 1,460 s,
+# C-tf 1,043, B 902, C-jax 611, C-torch 399);
 # at b90adc7, with a CPU-bound process (python -c "while True: pass") beside it all along, 4,939 s
 # (slower, green). CHANGELOG.md has each change of this plan and its measurement.
 test:
@@ -181,7 +183,8 @@ test-jax: $(LANE_JAX)/.ready
 # Lane C on TensorFlow also trains across two hosts (network namespaces, as root): Keras 3's multi_worker;
 # and the TFJob recipe (examples/kubernetes/tfjob-tensorflow.yaml: TF_CONFIG as Kubeflow's operator writes it).
 # Its conformance programs and generated seeds each under mirrored or multi_worker in turn
-# (--one-way-per-program): both ways took 1,190 s of the lane's 1,809 at 14d1f5d, the longest of CI's streams.
+# (--one-way-per-program): both ways took 1,190 s of the lane's 1,809 at 14d1f5d, where its stream (C-tf,
+# B) ended 5 minutes before the other (A, C-jax, C-torch); with both, it would end with the other or after.
 # Not here: `kscale bench --quick` (13 launches, 5 minutes of CI), whose single and mirrored backends run
 # the code lane A and the JAX lane bench; what only this lane runs of the bench (multi_worker against
 # TensorFlow's custom loop, in one job, profiled) is tests/keras3/test_bench_keras3.py.
