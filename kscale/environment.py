@@ -87,6 +87,9 @@ class Environment:
     #: HOROVOD_ELASTIC: started by an elastic horovodrun (--min-np/--max-np): workers may come and go, and
     #: rank and size change (ask Horovod for them; the launcher's HOROVOD_RANK/SIZE are the first ones).
     elastic: bool = False
+    #: CUDA_VISIBLE_DEVICES, if set: the GPUs (indices or UUIDs) this process and its workers may use; ""
+    #: hides them all.
+    cuda_visible_devices: str | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -478,6 +481,7 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
         keras_home=env.get("KERAS_HOME") or None,
         cache_home=env.get("XDG_CACHE_HOME") or None,
         torch_master=f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if env.get("MASTER_ADDR") else None,
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
     )
 
 

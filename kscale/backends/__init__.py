@@ -38,8 +38,9 @@ class Entry:
             runs_on = (
                 "tf.keras (TensorFlow)" if self.keras == 2 else f"Keras 3 on {', '.join(self.keras_backends)}"
             )
+            missing = f"{err.name} is not installed here" if err.name else f"importing it failed here: {err}"
             raise MissingDependencyError(
-                f"the {self.name!r} backend runs {runs_on}, and {err.name or err} is not installed here. "
+                f"the {self.name!r} backend runs {runs_on}, and {missing}. "
                 "If Keras should use another backend, say which: KERAS_BACKEND=jax (or tensorflow), as Keras "
                 "reads it (else ~/.keras/keras.json, else tensorflow). Otherwise install the lane's extra: "
                 "pip install 'kscale[jax]', 'kscale[tf]', 'kscale[tf218]' or 'kscale[tf215]'."

@@ -76,6 +76,8 @@ class TorchBackend(Backend):
                 "https://download.pytorch.org/whl/cpu)."
             )
         cuda = torch.cuda.is_available()
+        if cuda and self.env.world_size > 1 and not dist.is_initialized():
+            _check_one_gpu_each(self.env.local_size, torch.cuda.device_count())
         if cuda:  # before Keras creates any variable on "cuda", which means the current device
             torch.cuda.set_device(self.env.local_rank % torch.cuda.device_count())
         # The group is left and freed before the interpreter tears torch down, whoever made it: a gloo
@@ -216,6 +218,20 @@ class TorchBackend(Backend):
     def barrier(self) -> None:
         if self.num_workers > 1:
             dist.barrier()
+
+
+def _check_one_gpu_each(processes_here: int, gpus: int) -> None:
+    """NCCL, which kscale joins on CUDA, refuses two processes on one GPU only at the first collective,
+    with its own error ("Duplicate GPU detected"); a launcher that bypassed `kscale run`'s check (torchrun
+    by hand, a job script) is stopped here instead, before the group is made."""
+    if processes_here > gpus:
+        raise BackendError(
+            f"{processes_here} processes on this host but {gpus} GPU(s): torch.distributed's GPU backend, "
+            "NCCL, cannot run two processes on one GPU, so the job would fail at its first collective. "
+            f"Start at most {gpus} process(es) per host (torchrun --nproc-per-node {gpus}); or, to try "
+            "several processes without more GPUs, hide them (CUDA_VISIBLE_DEVICES=) so that the workers "
+            "train on CPUs over Gloo."
+        )
 
 
 def _check_on_this_processes_gpu(model: Any) -> None:

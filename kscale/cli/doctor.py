@@ -36,6 +36,14 @@ def doctor_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     hosts.add_argument("--hostfile", help="the job's hostfile (lines 'host slots=N')")
     parser.add_argument("--master", help="per-node launch: node 0's ADDR[:PORT]")
     parser.add_argument("--nnodes", type=int, default=None, help="per-node launch: number of nodes")
+    parser.add_argument(
+        "-np",
+        "--num-proc",
+        "--nproc-per-node",
+        dest="processes_here",
+        type=int,
+        help="worker processes this host will start (checked against its GPUs for the torch and jax engines)",
+    )
     controller = parser.add_mutually_exclusive_group()
     controller.add_argument("--gloo", dest="controller", action="store_const", const="gloo")
     controller.add_argument("--mpi", dest="controller", action="store_const", const="mpi")
@@ -71,6 +79,7 @@ def intent_from_args(args: argparse.Namespace, engine: str = "horovod") -> Inten
         ssh_identity_file=args.ssh_identity_file,
         nics=nics,
         engine=engine,
+        processes_here=args.processes_here,
     )
 
 

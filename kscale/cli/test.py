@@ -13,10 +13,12 @@ import subprocess
 import sys
 from typing import Any, TextIO
 
+from kscale import environment
 from kscale.cli.run import add_launch_arguments, run_command, split_command
 from kscale.errors import LaunchError
 from kscale.launch import engines
-from kscale.launch.facts import BuildInfo
+from kscale.launch.checks import ONE_GPU_PER_PROCESS_ENGINES
+from kscale.launch.facts import BuildInfo, nvidia_gpus
 from kscale.selftest.script import FAIL, PASS
 
 DESCRIPTION = "Check allreduce, broadcast and synchronous training on the launcher you will use."
@@ -75,7 +77,7 @@ def test_command(args: argparse.Namespace, build: BuildInfo | None = None) -> in
             return _verdict(*_run_one_process(args.steps))
     per_node = any(v is not None for v in (args.nnodes, args.node_rank, args.master, args.nproc_per_node))
     if not per_node and not any(o in ("-np", "--num-proc") or o.startswith("--num-proc=") for o in options):
-        options = ["-np", "2", *options]
+        options = ["-np", str(_default_processes(args.engine)), *options]
     args.launcher_args = [*options, "--", *selftest_command(args.steps)]
     tee = _Tee(sys.stdout)
     saved, sys.stdout = sys.stdout, tee
@@ -84,6 +86,21 @@ def test_command(args: argparse.Namespace, build: BuildInfo | None = None) -> in
     finally:
         sys.stdout = saved
     return _verdict(code, tee)
+
+
+def _default_processes(engine: str | None) -> int:
+    """Two processes, to check the collectives between them; one on a host with one GPU, where the torch
+    and jax engines give each process a GPU of its own (checks.shared_gpu_problem): that GPU is checked
+    instead, and the collectives with `CUDA_VISIBLE_DEVICES= kscale test` (on CPUs)."""
+    engine = engine or engines.default_engine()
+    gpus = nvidia_gpus(environment.current().cuda_visible_devices)
+    if engine in ONE_GPU_PER_PROCESS_ENGINES and len(gpus) == 1:
+        print(
+            "kscale test: one GPU here, and the torch and jax engines give each process a GPU of its own: "
+            "checking one process on it (for two processes on CPUs: CUDA_VISIBLE_DEVICES= kscale test)."
+        )
+        return 1
+    return 2
 
 
 def _run_one_process(steps: int) -> tuple[int, _Tee]:

@@ -114,12 +114,16 @@ def check_horovod_build(facts: Facts) -> list[Finding]:
 
 def check_gpus(facts: Facts) -> list[Finding]:
     build = facts.build
-    if build is None or build.gpus is None:
+    if build is not None and build.gpus is not None:  # Horovod's engine: the GPUs TensorFlow sees
+        gpus, seen_by = build.gpus, "TensorFlow"
+    elif facts.nvidia_gpus is not None:
+        gpus, seen_by = facts.nvidia_gpus, "the NVIDIA driver (nvidia-smi)"
+    else:
         return []
-    if not build.gpus:
-        return [Finding(Level.INFO, "gpus", "TensorFlow sees no GPU: training runs on CPU.")]
-    findings = [Finding(Level.OK, "gpus", f"{len(build.gpus)} visible: {', '.join(build.gpus)}")]
-    if not build.nccl:
+    if not gpus:
+        return [Finding(Level.INFO, "gpus", f"{seen_by} shows no GPU: training runs on CPU.")]
+    findings = [Finding(Level.OK, "gpus", f"{len(gpus)} visible to {seen_by}: {', '.join(gpus)}")]
+    if build is not None and build.gpus is not None and not build.nccl:
         findings.append(
             Finding(
                 Level.WARN,
@@ -129,7 +133,37 @@ def check_gpus(facts: Facts) -> list[Finding]:
                 "reinstall Horovod with HOROVOD_GPU_OPERATIONS=NCCL",
             )
         )
+    if facts.intent.processes_here is not None:
+        problem = shared_gpu_problem(facts.intent.engine, facts.intent.processes_here, gpus)
+        if problem:
+            message, fix = problem
+            findings.append(Finding(Level.ERROR, "gpus", message, fix))
     return findings
+
+
+#: Engines whose workers each take one GPU of their own (torch: NCCL; JAX: one process per device).
+ONE_GPU_PER_PROCESS_ENGINES = ("torch", "jax")
+
+
+def shared_gpu_problem(engine: str, processes: int, gpus: tuple[str, ...]) -> tuple[str, str] | None:
+    """Why `processes` workers of `engine` on a host showing `gpus` would fail, and the fix; None if they
+    would not. torch.distributed's NCCL refuses two processes on one GPU at the first collective ("Duplicate
+    GPU detected"), and a JAX worker given a GPU index the host lacks falls back to its CPU: a job whose
+    processes disagree on their devices. Said before the launch, in seconds."""
+    if engine not in ONE_GPU_PER_PROCESS_ENGINES or not gpus or processes <= len(gpus):
+        return None
+    reason = (
+        "torch.distributed's GPU backend, NCCL, cannot run two processes on one GPU"
+        if engine == "torch"
+        else "a process left without one would find no GPU and train on its CPU, unlike the others"
+    )
+    return (
+        f"{processes} worker processes on this host, but only {len(gpus)} GPU(s) are visible "
+        f"({', '.join(gpus)}): the {engine} engine gives each process a GPU of its own; {reason}.",
+        f"start at most {len(gpus)} process(es) on this host (-np {len(gpus)}, or --nproc-per-node "
+        f"{len(gpus)}); or, to try several processes without more GPUs, hide them so that the workers "
+        "train on CPUs over Gloo: CUDA_VISIBLE_DEVICES= kscale run -np 2 -- python train.py",
+    )
 
 
 def check_memlock(facts: Facts) -> list[Finding]:

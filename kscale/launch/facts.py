@@ -191,6 +191,8 @@ class Intent:
     nics: tuple[str, ...] = ()
     #: The engine that will run the job (kscale.launch.engines): Gloo's and MPI's needs are Horovod's only.
     engine: str = "horovod"
+    #: Worker processes this host will start (-np on one host, --nproc-per-node), if known.
+    processes_here: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +240,8 @@ class Facts:
     master_is_local: bool | None = None
     #: What the per-node master address resolves to here.
     master_address: str | None = None
+    #: NVIDIA GPUs a worker started here would see (`nvidia_gpus()`); None: not asked.
+    nvidia_gpus: tuple[str, ...] | None = None
 
     @property
     def local_addresses(self) -> set[str]:
@@ -285,6 +289,24 @@ def _interfaces_from_ip(text: str) -> dict[str, tuple[str, ...]]:
         if len(fields) >= 4 and fields[2] == "inet":
             found.setdefault(fields[1].split("@")[0], []).append(fields[3].split("/")[0])
     return {name: tuple(addrs) for name, addrs in found.items()}
+
+
+def nvidia_gpus(visible: str | None = None) -> tuple[str, ...]:
+    """The NVIDIA GPUs a worker started from here would see, as `nvidia-smi -L` names them, filtered by
+    CUDA_VISIBLE_DEVICES (`visible`: indices or UUIDs; "" or "-1" hides them all). Asked of the driver's
+    tool, not of a framework, so that the launcher stays light and needs no framework built for CUDA. ()
+    where there is no NVIDIA driver."""
+    listing = _run_text(["nvidia-smi", "-L"]) or ""
+    gpus = [line.strip() for line in listing.splitlines() if line.startswith("GPU ")]
+    if visible is None:
+        return tuple(gpus)
+    chosen = []
+    for entry in (e.strip() for e in visible.split(",")):
+        found = [g for i, g in enumerate(gpus) if entry == str(i) or (entry and f"UUID: {entry}" in g)]
+        if not found:
+            break  # CUDA stops at the first entry that names no GPU
+        chosen.append(found[0])
+    return tuple(chosen)
 
 
 def _run_text(argv: Sequence[str], timeout: float = 10.0) -> str | None:
@@ -405,6 +427,7 @@ def gather(intent: Intent, build: BuildInfo | None = None, ssh: bool = True) -> 
         master_port_free=master_free,
         master_is_local=master_is_local,
         master_address=master_address,
+        nvidia_gpus=nvidia_gpus(environment.current().cuda_visible_devices),
     )
 
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kscale import _horovod_private, frameworks
+from kscale import _horovod_private, environment, frameworks
 from kscale.errors import LaunchError, MissingDependencyError
 from kscale.launch import checks as checks_mod
 from kscale.launch import engines, exits, pernode, workers
@@ -431,6 +431,7 @@ def run_engine(
         layout = engines.Layout(
             spec.nnodes, spec.node_rank, spec.nproc_per_node, spec.master_addr, spec.master_port, hosts=hosts
         )
+    _refuse_shared_gpus(engine, layout.nproc_per_node)
     if engine == "torch":
         env, local_address = engines.torch_env(os.environ), None
         if spec is not None:
@@ -441,6 +442,17 @@ def run_engine(
             local_address = master_ip if spec.node_rank == 0 else facts_mod.source_address_for(master_ip)
         return _run_torchrun(engines.torchrun_command(layout, command, sys.executable, local_address), env)
     return workers.run(command, engines.worker_envs(engine, layout, os.environ))
+
+
+def _refuse_shared_gpus(engine: str, processes: int) -> None:
+    """Stop before starting workers that would have to share a GPU (checks.shared_gpu_problem)."""
+    if engine not in checks_mod.ONE_GPU_PER_PROCESS_ENGINES:
+        return
+    gpus = facts_mod.nvidia_gpus(environment.current().cuda_visible_devices)
+    problem = checks_mod.shared_gpu_problem(engine, processes, gpus)
+    if problem:
+        message, fix = problem
+        raise LaunchError(f"{message} To fix it: {fix}.")
 
 
 def _run_torchrun(command: list[str], env: dict[str, str]) -> int:

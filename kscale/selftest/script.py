@@ -135,9 +135,12 @@ class JaxCollectives(Collectives):
 
 
 class TorchCollectives(Collectives):
-    """torch.distributed's collectives (the process group kscale joined at import)."""
+    """torch.distributed's collectives (the process group kscale joined at import). NCCL moves CUDA tensors
+    only, on this process's GPU; Gloo takes CPU ones. One process (torchrun -np 1 on a one-GPU host) has
+    no group: its collectives are its own values."""
 
     def __init__(self) -> None:
+        import torch
         import torch.distributed as dist
 
         from kscale import backends
@@ -145,22 +148,29 @@ class TorchCollectives(Collectives):
         backend = backends.current()  # joins the group torchrun's variables describe
         self.dist = dist
         self.rank, self.size = backend.worker_index, backend.num_workers
+        grouped = dist.is_available() and dist.is_initialized()
+        on_gpu = grouped and dist.get_backend() == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+        self.grouped = grouped
 
     def allreduce_sum(self, value: float) -> float:
         import torch
 
-        total = torch.tensor([value], dtype=torch.float64)
-        self.dist.all_reduce(total)
+        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+        if self.grouped:
+            self.dist.all_reduce(total)
         return float(total[0])
 
     def gather(self, flat: Any) -> Any:
         import numpy as np
         import torch
 
-        local = torch.as_tensor(np.asarray(flat, "float32"))
+        local = torch.as_tensor(np.asarray(flat, "float32"), device=self.device)
+        if not self.grouped:
+            return local.cpu().numpy()[None, :]
         rows = [torch.empty_like(local) for _ in range(self.size)]
         self.dist.all_gather(rows, local)
-        return np.stack([row.numpy() for row in rows])
+        return np.stack([row.cpu().numpy() for row in rows])
 
 
 class OneProcess(Collectives):
@@ -289,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     loss = history.history["loss"][-1]
     print(f"training: {args.steps} steps, loss {loss:.4f}, ranks differ by {spread(trained):.3g}", flush=True)
+    print(f"device: the model's variables are on {_device_of(model.variables[0])}", flush=True)
 
     digest = _digest(trained[rank])
     if problems:
@@ -296,6 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{PASS} rank={rank} size={size} weights={digest}", flush=True)
     return 0
+
+
+def _device_of(variable: Any) -> str:
+    """Where a variable lives, as its framework names it (torch and JAX arrays, tf.Variable: `.device`)."""
+    value = getattr(variable, "value", variable)
+    return str(getattr(value, "device", None) or getattr(variable, "device", "unknown"))
 
 
 if __name__ == "__main__":

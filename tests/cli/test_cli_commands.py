@@ -93,6 +93,45 @@ def test_doctor_fails_when_a_launch_would(capsys):
     assert "problem(s) that would make a launch fail" in out
 
 
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """A host whose NVIDIA driver shows one GPU, as the lent H200 did (benchmarks/RESULTS.md)."""
+    from kscale.launch import facts
+
+    real = facts._run_text
+
+    def run_text(argv, timeout=10.0):
+        return "GPU 0: NVIDIA H200 (UUID: GPU-367031c7)\n" if argv[0] == "nvidia-smi" else real(argv, timeout)
+
+    monkeypatch.setattr(facts, "_run_text", run_text)
+
+
+@pytest.mark.parametrize("engine", ["torch", "jax"])
+def test_two_workers_on_one_gpu_stop_before_the_launch_with_the_fix(engine, script, one_gpu, capsys):
+    assert run_cli(["run", "--engine", engine, "-np", "2", "--", "python", script], None) == 2
+    err = capsys.readouterr().err
+    assert "kscale run: error: 2 worker processes on this host, but only 1 GPU(s) are visible" in err
+    assert "-np 1" in err and "CUDA_VISIBLE_DEVICES= kscale run" in err
+
+
+def test_doctor_names_the_gpu_and_fails_two_workers_on_it(one_gpu, capsys):
+    assert run_cli(["doctor", "--engine", "torch", "--no-ssh"], None) == 0
+    assert (
+        "[ok  ] gpus: 1 visible to the NVIDIA driver (nvidia-smi): GPU 0: NVIDIA H200"
+        in capsys.readouterr().out
+    )
+    assert run_cli(["doctor", "--engine", "jax", "-np", "2", "--no-ssh"], None) == 1
+    assert "[FAIL] gpus: 2 worker processes on this host" in capsys.readouterr().out
+
+
+def test_kscale_test_checks_one_process_on_a_one_gpu_host(one_gpu, capsys):
+    from kscale.cli import test as test_cli
+
+    assert test_cli._default_processes("torch") == 1 and test_cli._default_processes("jax") == 1
+    assert "checking one process on it" in capsys.readouterr().out
+    assert test_cli._default_processes("horovod") == 2  # TensorFlow's engines pin GPUs themselves
+
+
 def test_doctor_reports_a_bad_host_list(capsys):
     assert run_cli(["doctor", "-H", "hosta"], GOOD_BUILD) == 2
     assert "host:slots" in capsys.readouterr().err

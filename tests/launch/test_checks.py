@@ -78,6 +78,32 @@ def test_gpus_without_nccl_warn():
     assert levels(checks.check_gpus(facts(build=dataclasses.replace(GOOD_BUILD, gpus=())))) == {Level.INFO}
 
 
+ONE_GPU = ("GPU 0: NVIDIA H200 (UUID: GPU-367031c7)",)
+
+
+@pytest.mark.parametrize("engine", ["torch", "jax"])
+def test_two_workers_on_one_gpu_fail_with_the_fix_where_each_takes_a_gpu(engine):
+    """What the lent H200 showed (benchmarks/RESULTS.md): one GPU, and the torch and jax engines give
+    each process one of its own."""
+    two = Intent(engine=engine, processes_here=2)
+    error = only_error(checks.check_gpus(facts(intent=two, build=None, nvidia_gpus=ONE_GPU)))
+    assert "2 worker processes on this host, but only 1 GPU(s) are visible" in error.message
+    assert "NVIDIA H200" in error.message and ("NCCL" in error.message) is (engine == "torch")
+    assert "-np 1" in error.fix and "CUDA_VISIBLE_DEVICES= kscale run" in error.fix
+    found = checks.check_gpus(
+        facts(intent=dataclasses.replace(two, processes_here=1), build=None, nvidia_gpus=ONE_GPU)
+    )
+    assert levels(found) == {Level.OK} and "1 visible to the NVIDIA driver" in found[0].message
+
+
+def test_gpus_shared_only_matter_where_each_process_takes_one():
+    assert checks.shared_gpu_problem("horovod", 2, ONE_GPU) is None  # TensorFlow's engines: not checked
+    assert checks.shared_gpu_problem("torch", 2, ()) is None  # no GPU: Gloo on CPUs
+    assert checks.shared_gpu_problem("jax", 2, ONE_GPU * 2) is None
+    assert levels(checks.check_gpus(facts(build=None, nvidia_gpus=()))) == {Level.INFO}
+    assert checks.check_gpus(facts(build=None)) == []  # not asked
+
+
 def test_memlock_matters_with_mpi_or_rdma_and_gives_the_limits_conf_fix():
     assert levels(checks.check_memlock(facts(memlock_soft=64 * 1024))) == {Level.INFO}
     found = checks.check_memlock(facts(memlock_soft=64 * 1024, rdma_devices=("mlx5_0",)))

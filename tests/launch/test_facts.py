@@ -89,3 +89,16 @@ def test_the_key_of_this_installation_names_its_files():
     pytest.importorskip("horovod")
     environment.reset()
     assert facts._installation_key() is not None
+
+
+def test_gpus_are_read_from_the_driver_and_filtered_as_cuda_filters_them(monkeypatch):
+    first, second = "GPU 0: NVIDIA H100 (UUID: GPU-aaa)", "GPU 1: NVIDIA H100 (UUID: GPU-bbb)"
+    monkeypatch.setattr(facts, "_run_text", lambda argv, timeout=10.0: f"{first}\n{second}\n")
+    assert facts.nvidia_gpus() == (first, second)
+    assert facts.nvidia_gpus("1") == (second,)
+    assert facts.nvidia_gpus("GPU-aaa") == (first,)
+    assert facts.nvidia_gpus("1,0") == (second, first)
+    assert facts.nvidia_gpus("0,7,1") == (first,)  # CUDA stops at the first entry that names no GPU
+    assert facts.nvidia_gpus("") == () and facts.nvidia_gpus("-1") == ()
+    monkeypatch.setattr(facts, "_run_text", lambda argv, timeout=10.0: None)  # no NVIDIA driver
+    assert facts.nvidia_gpus() == ()

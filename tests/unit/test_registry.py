@@ -133,3 +133,21 @@ def test_current_refuses_to_switch_backends(clean_launcher_env):
         OptionError, match=r"already runs the 'single' backend; it cannot switch to 'mirrored'"
     ):
         backends.current("mirrored")
+
+
+def test_a_backend_whose_import_fails_with_prose_says_so(monkeypatch):
+    """Keras' own ImportError ('To use Keras, you need to have `optree` installed') names no module: the
+    message says what failed, not 'To use Keras ... is not installed'."""
+    from kscale.errors import MissingDependencyError
+
+    def fail(name):
+        raise ImportError(
+            "To use Keras, you need to have `optree` installed. Install it via `pip install optree`"
+        )
+
+    monkeypatch.setattr(backends.importlib, "import_module", fail)
+    with pytest.raises(MissingDependencyError) as raised:
+        backends.Entry("jax", 3, ("jax",), "kscale.backends.jax:JaxBackend").load()
+    assert "and importing it failed here: To use Keras, you need to have `optree` installed" in str(
+        raised.value
+    )
