@@ -111,6 +111,21 @@ class Job:
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
+    def loss_scales(self) -> Any:
+        """A callback recording the optimizer's dynamic loss scale after every step (mixed_float16), as
+        "loss_scales". Where one process's float16 gradient over the global batch overflows and no
+        replica's part does, one process skips a step that the replicas apply, and the two scales part
+        (the plan's loss-scaling note): compare.py compares with one process while they agree
+        (`EXACT_WHILE_SAME`)."""
+        scales = self.records.setdefault("loss_scales", [])
+        job = self
+
+        class LossScales(self.keras.callbacks.Callback):
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                scales.append(loss_scale(job, self.model.optimizer))
+
+        return LossScales()
+
     def record(self, name: str, value: Any) -> None:
         """Something to compare: with the other ranks (always) and with the reference (where exact)."""
         self.records[name] = _plain(value)

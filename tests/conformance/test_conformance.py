@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conformance import compare, harness
@@ -181,3 +182,35 @@ def test_one_way_per_program_runs_every_program_once_and_every_way():
         assert dict((n, w) for w, n in spread) == {n: ways[(j + k) % 3] for j, n in enumerate(names)}
     # lanes A (K=1) and B (K=0) of tf.keras: each program under two different ways between them
     assert not set(cells(names, ways, 0)) & set(cells(names, ways, 1))
+
+
+def test_a_program_is_compared_with_one_process_while_its_loss_scales_agree(tmp_path):
+    """Generated seed 437 of lane A (mixed_float16, fit's shuffle): one process's first step overflowed in
+    float16 over the global batch and was skipped (its loss scale 2^14 after it), the replicas' halves did
+    not (2^15), and the weights parted by 0.14 in every way: the plan's loss-scaling note. Programs in
+    mixed_float16 record the scale after every step (`Job.loss_scales`) and are exact while it agrees."""
+    import pickle
+
+    (tmp_path / "scaled.py").write_text(
+        "FAMILIES = ('keras2', 'keras3-tf', 'keras3-jax', 'keras3-torch')\nEXACT = True\n"
+        "EXACT_WHILE_SAME = ('loss_scales',)\n"
+    )
+
+    def write(folder: str, weights: float, scales: list) -> None:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        result = {
+            "error": None,
+            "kscale_error": False,
+            "model_class": "Functional",
+            "initial_weights": [],
+            "weights": [np.full(2, weights)],
+            "records": {"loss_scales": scales},
+        }
+        (tmp_path / folder / "scaled.0.pkl").write_bytes(pickle.dumps(result))
+
+    write("reference", 1.0, [16384.0, 16384.0])
+    write("run", 1.2, [32768.0, 32768.0])
+    compare.check("scaled", tmp_path / "reference", tmp_path / "run", 1, "mirrored", tmp_path)
+    write("run", 1.2, [16384.0, 16384.0])  # the same steps skipped: the weights must agree
+    with pytest.raises(AssertionError, match="weights differ from one process"):
+        compare.check("scaled", tmp_path / "reference", tmp_path / "run", 1, "mirrored", tmp_path)

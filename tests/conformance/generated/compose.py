@@ -273,6 +273,7 @@ def _render(name: str, seed: int, v: dict, family: str) -> str:
         f"TOLERANCE = {e['tolerance']!r}\n"
         f"NOT_EXACT_UNDER = {set(e['not_exact'])!r}\n"
         f"EXPECT_ERROR_UNDER = {e['errors']!r}\n"
+        + ("EXACT_WHILE_SAME = ('loss_scales',)\n" if v["precision"] == "mixed_float16" else "")
         + (f"INEXACT_UNDER = {_inexact_accuracies()!r}\n" if _accuracy_apart(v) else "")
         + "RELATIVE = True  # differences relative to the numbers' size (a loss summed over a batch is large)\n"
         f"MOVED_AT_LEAST = {max(e['tolerance'], 1e-4)!r}\n\n\n"
@@ -838,6 +839,14 @@ def _callback_lines(v: dict) -> tuple[list[str], str, list[str]]:
     )
 
 
+def _with_loss_scales(callbacks: str, v: dict) -> str:
+    """fit's callbacks argument, with the recorder of the dynamic loss scale in mixed_float16 (harness
+    `Job.loss_scales`: compare.py compares with one process only while the loss scales agree)."""
+    if v["precision"] != "mixed_float16":
+        return callbacks
+    return callbacks[:-1] + ", scales]" if callbacks else ", callbacks=[scales]"
+
+
 def _model_and_training(v: dict, family: str, keras2: bool) -> str:
     lines: list[str] = []
     lines += _loss_function_lines(v, keras2)
@@ -856,6 +865,9 @@ def _model_and_training(v: dict, family: str, keras2: bool) -> str:
 
     lines += build()
     lines += callback_defs
+    if v["precision"] == "mixed_float16":
+        lines.append("scales = job.loss_scales()")
+    callbacks = _with_loss_scales(callbacks, v)
     # 16-bit programs train longer: their tolerance is 5e-2, and a check is vacuous unless the weights move more
     epochs = 2 if v["precision"] == "float32" else 4
     fit = v["fit"]
@@ -885,7 +897,7 @@ def _model_and_training(v: dict, family: str, keras2: bool) -> str:
         lines += [
             "model.layers[0].trainable = False  # fine-tuning: the first layer frozen, compiled again",
             f"model.compile(optimizer={_optimizer_expr(v)}, loss={_loss_expr(v, keras2)}{metrics})",
-            f"again = model.fit({fit_data}, epochs=1, verbose=0)",
+            f"again = model.fit({fit_data}, epochs=1, verbose=0{_with_loss_scales('', v)})",
             *_record_history("again", v, "after_recompile"),
         ]
     if fit == "save_load":
