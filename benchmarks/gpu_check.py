@@ -417,10 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         "launches": [],
     }
     failures = []
+    from kscale import environment
     from kscale.launch.facts import nvidia_gpus
 
-    gpus = len(nvidia_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")))
-    results["nvidia_gpus"] = list(nvidia_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")))
+    results["nvidia_gpus"] = list(nvidia_gpus(environment.current().cuda_visible_devices))
+    gpus = len(results["nvidia_gpus"])
     with tempfile.TemporaryDirectory() as workdir:
         for backend in args.backends:
             if "train" in args.parts:

@@ -92,9 +92,9 @@ def _default_processes(engine: str | None) -> int:
     """Two processes, to check the collectives between them; one on a host with one GPU, where the torch
     and jax engines give each process a GPU of its own (checks.shared_gpu_problem): that GPU is checked
     instead, and the collectives with `CUDA_VISIBLE_DEVICES= kscale test` (on CPUs)."""
-    engine = engine or engines.default_engine()
-    gpus = nvidia_gpus(environment.current().cuda_visible_devices)
-    if engine in ONE_GPU_PER_PROCESS_ENGINES and len(gpus) == 1:
+    if (engine or engines.default_engine()) not in ONE_GPU_PER_PROCESS_ENGINES:
+        return 2  # TensorFlow's engines pin GPUs themselves: the driver is not asked
+    if len(nvidia_gpus(environment.current().cuda_visible_devices)) == 1:
         print(
             "kscale test: one GPU here, and the torch and jax engines give each process a GPU of its own: "
             "checking one process on it (for two processes on CPUs: CUDA_VISIBLE_DEVICES= kscale test)."
