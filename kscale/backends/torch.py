@@ -36,6 +36,7 @@ from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
+from kscale.launch import checks
 from kscale.metric_states import reduce_by_aggregation, results_from_states
 from kscale.subclassing import same_named_subclass
 
@@ -77,7 +78,10 @@ class TorchBackend(Backend):
             )
         cuda = torch.cuda.is_available()
         if cuda and self.env.world_size > 1 and not dist.is_initialized():
-            _check_one_gpu_each(self.env.local_size, torch.cuda.device_count())
+            _check_one_gpu_each(
+                self.env.local_size,
+                tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())),
+            )
         if cuda:  # before Keras creates any variable on "cuda", which means the current device
             torch.cuda.set_device(self.env.local_rank % torch.cuda.device_count())
         # The group is left and freed before the interpreter tears torch down, whoever made it: a gloo
@@ -220,18 +224,14 @@ class TorchBackend(Backend):
             dist.barrier()
 
 
-def _check_one_gpu_each(processes_here: int, gpus: int) -> None:
+def _check_one_gpu_each(processes_here: int, gpus: tuple[str, ...]) -> None:
     """NCCL, which kscale joins on CUDA, refuses two processes on one GPU only at the first collective,
     with its own error ("Duplicate GPU detected"); a launcher that bypassed `kscale run`'s check (torchrun
-    by hand, a job script) is stopped here instead, before the group is made."""
-    if processes_here > gpus:
-        raise BackendError(
-            f"{processes_here} processes on this host but {gpus} GPU(s): torch.distributed's GPU backend, "
-            "NCCL, cannot run two processes on one GPU, so the job would fail at its first collective. "
-            f"Start at most {gpus} process(es) per host (torchrun --nproc-per-node {gpus}); or, to try "
-            "several processes without more GPUs, hide them (CUDA_VISIBLE_DEVICES=) so that the workers "
-            "train on CPUs over Gloo."
-        )
+    by hand, a job script) is stopped here instead, before the group is made, by the same rule."""
+    problem = checks.shared_gpu_problem("torch", processes_here, gpus)
+    if problem is not None:
+        what, fix = problem
+        raise BackendError(f"{what} Fix: {fix}.")
 
 
 def _check_on_this_processes_gpu(model: Any) -> None:

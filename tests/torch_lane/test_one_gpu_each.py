@@ -11,10 +11,14 @@ from tests.stack.conftest import BIN
 
 
 def test_more_processes_than_gpus_stop_before_the_group_is_made_with_the_fix():
-    with pytest.raises(BackendError, match=r"2 processes on this host but 1 GPU\(s\).*NCCL") as raised:
-        torch_backend._check_one_gpu_each(2, 1)
+    """The rule `kscale run` applies before the launch (checks.shared_gpu_problem), in the worker itself."""
+    one_gpu = ("NVIDIA H200",)
+    with pytest.raises(
+        BackendError, match=r"2 worker processes on this host, but only 1 GPU.*NCCL"
+    ) as raised:
+        torch_backend._check_one_gpu_each(2, one_gpu)
     assert "--nproc-per-node 1" in str(raised.value) and "CUDA_VISIBLE_DEVICES=" in str(raised.value)
-    torch_backend._check_one_gpu_each(2, 2)
+    torch_backend._check_one_gpu_each(2, one_gpu * 2)
 
 
 @pytest.mark.multiprocess
