@@ -177,21 +177,30 @@ class HorovodBackend(Backend):
         return results_from_states(model, logs, self._reduced_states, self.average, keep_states=True)
 
     def _reduced_states(self, variables: list[tf.Variable], reductions: list[str]) -> list[Any]:
-        """Each state over the workers as its reduction says (kscale.metric_states.reduction_of): one
-        allreduce each (sum, mean), the chief's (first), or every worker's values gathered (max, min)."""
+        """Each state over the workers as its reduction says (kscale.metric_states.reduction_of): the sums
+        and means of one dtype in one allreduce (a model's metrics hold dozens of states: one collective
+        per epoch end, not one each), the chief's (first) broadcast, every worker's values gathered (max,
+        min)."""
         hvd_tf = _optional.horovod_tensorflow()
-        reduced = []
-        for i, (variable, how) in enumerate(zip(variables, reductions)):
-            name, value = f"kscale.metric_state.{i}", variable.read_value()
+        values = [variable.read_value() for variable in variables]
+        reduced: list[Any] = [None] * len(values)
+        bundles: dict[tuple[str, Any], list[int]] = {}
+        for i, (value, how) in enumerate(zip(values, reductions)):
+            name = f"kscale.metric_state.{i}"
             if how == "first":
-                reduced.append(hvd_tf.broadcast(value, root_rank=0, name=name))
+                reduced[i] = hvd_tf.broadcast(value, root_rank=0, name=name)
             elif how in ("sum", "mean"):
-                reduced.append(
-                    hvd_tf.allreduce(value, op=hvd_tf.Sum if how == "sum" else hvd_tf.Average, name=name)
-                )
+                bundles.setdefault((how, value.dtype), []).append(i)
             else:
                 rows = hvd_tf.allgather(tf.expand_dims(value, 0), name=name).numpy()
-                reduced.append(reduce_rows(rows, how))
+                reduced[i] = reduce_rows(rows, how)
+        for (how, dtype), members in bundles.items():
+            flat = tf.concat([tf.reshape(values[i], [-1]) for i in members], axis=0)
+            op = hvd_tf.Sum if how == "sum" else hvd_tf.Average
+            combined = hvd_tf.allreduce(flat, op=op, name=f"kscale.metric_states.{how}.{dtype.name}")
+            sizes = [int(tf.size(values[i])) for i in members]
+            for i, part in zip(members, tf.split(combined, sizes)):
+                reduced[i] = tf.reshape(part, values[i].shape)
         return reduced
 
     def predict(
