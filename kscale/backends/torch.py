@@ -36,7 +36,6 @@ from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
-from kscale.launch import checks
 from kscale.metric_states import reduce_by_aggregation, results_from_states
 from kscale.subclassing import same_named_subclass
 
@@ -227,7 +226,10 @@ class TorchBackend(Backend):
 def _check_one_gpu_each(processes_here: int, gpus: tuple[str, ...]) -> None:
     """NCCL, which kscale joins on CUDA, refuses two processes on one GPU only at the first collective,
     with its own error ("Duplicate GPU detected"); a launcher that bypassed `kscale run`'s check (torchrun
-    by hand, a job script) is stopped here instead, before the group is made, by the same rule."""
+    by hand, a job script) is stopped here instead, before the group is made, by the same rule. Imported
+    here: kscale.launch loads the launcher, which no worker needs unless it has CUDA and peers."""
+    from kscale.launch import checks
+
     problem = checks.shared_gpu_problem("torch", processes_here, gpus)
     if problem is not None:
         what, fix = problem
