@@ -15,6 +15,8 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from kscale import instance_methods
+
 
 def parse_horovodrun_args(tokens: Sequence[str]) -> argparse.Namespace:
     """horovodrun's own parser (launch.parse_args reads sys.argv), so every option works as documented."""
@@ -137,7 +139,7 @@ def weigh_before_allreduce(wrapped: Any, weigh: Any) -> None:
     def _allreduce(self: Any, grads: Any, variables: Any) -> Any:
         return cls._allreduce(self, weigh(list(grads)), variables)
 
-    wrapped._allreduce = types.MethodType(_allreduce, wrapped)
+    instance_methods.bind(wrapped, "_allreduce", _allreduce)
 
 
 def accumulates_gradients(wrapped: Any) -> bool:

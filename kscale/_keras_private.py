@@ -11,10 +11,11 @@ import dataclasses
 import functools
 import gc
 import threading
-import types
 import weakref
 from collections.abc import Iterator
 from typing import Any
+
+from kscale import instance_methods
 
 
 def compile_arguments(model: Any) -> dict:
@@ -872,7 +873,7 @@ def sum_batch_statistics_over(layer: Any, all_sum: Any) -> bool:
             return tf.cast(mean, tf.float16), tf.cast(variance, tf.float16)
         return mean, variance
 
-    layer._calculate_mean_and_var = types.MethodType(_calculate_mean_and_var, layer)
+    instance_methods.bind(layer, "_calculate_mean_and_var", _calculate_mean_and_var)
     return True
 
 
@@ -971,5 +972,5 @@ def keep_torch_data_parallel_off(model: Any) -> bool:
     def get_metrics_result(self: Any) -> Any:
         return super(TorchTrainer, self).get_metrics_result()
 
-    object.__setattr__(model, "get_metrics_result", types.MethodType(get_metrics_result, model))
+    instance_methods.bind(model, "get_metrics_result", get_metrics_result)
     return True

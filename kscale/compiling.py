@@ -23,7 +23,7 @@ def adopt_own_compile(model: Any, optimizer: Any) -> None:
         # Keras' own compile again, with what the class's compile gave it (the optimizer, metrics): the
         # attributes the class's compile set (a Distiller's loss functions) stay, and the backend gets
         # what it needs of the rest (the metrics made anew in a strategy's scope).
-        keras_compile = functools.partial(kept.backend.keras_module().Model.compile, model)
+        keras_compile = functools.partial(kept.backend.family.keras_module().Model.compile, model)
         args = {k: v for k, v in _keras_private.compile_arguments(model).items() if k != "optimizer"}
         _compile_optimizer(model, keras_compile, optimizer, args)
         kept.backend.family.carry_optimizer_state(optimizer, model, kept.backend.scope())

@@ -138,7 +138,7 @@ def epoch_orders(
         return None, None
     if request.shard.count * request.replicas_per_worker < 2:  # every worker takes all of it
         return None, None
-    if isinstance(x, backend.keras_module().utils.Sequence):  # a PyDataset: the order of its batches
+    if isinstance(x, backend.family.keras_module().utils.Sequence):  # a PyDataset: the order of its batches
         count = math.ceil(len(x) / backend.num_replicas)  # one process's, at the global batch
         drawn = backend.family.batch_orders(model, count, request.epochs)
         return backend.broadcast(np.asarray(drawn, np.int64)), None
@@ -185,7 +185,7 @@ def _check_same_data(backend: Any, request: FeedRequest, x: Any, y: Any, sample_
         return
     if is_array_data(x):
         arrays = [a for value in (x, y, sample_weight) if value is not None for a in flatten(value)]
-    elif isinstance(x, backend.keras_module().utils.Sequence) and len(x) > 0:
+    elif isinstance(x, backend.family.keras_module().utils.Sequence) and len(x) > 0:
         picked = sorted({0, len(x) // 2, len(x) - 1})
         batches = [x[i] for i in picked]
         targets = [part for b in batches if isinstance(b, tuple | list) for part in b[1:] if part is not None]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from kscale import (
     compiling,
     data_plan,
     frameworks,
+    instance_methods,
     metric_states,
     model_state,
     model_steps,
@@ -66,6 +66,7 @@ def distribute(model: Any, **options: Any) -> Any:
     devices = list(opts.devices) if opts.devices else None
     backend = backends.current(opts.backend, devices=devices, keras=keras)
     backend_options = backends.parse_options(backend, keywords, Options.names())
+    backend.family.check_model(model)
     backend.check_model(model)
     previous = model_state.state_of(model)
     if previous is not None:  # distributed before: start again from what the user gave, not compound
@@ -93,7 +94,7 @@ def distribute(model: Any, **options: Any) -> Any:
         placed, model_state.ModelState(backend, opts, backend_options, plan, RateLifeCycle(backend, opts))
     )
     for name, method in _METHODS.items():
-        object.__setattr__(placed, name, types.MethodType(method, placed))
+        instance_methods.bind(placed, name, method)
     # Compiled by the user's own compile, which kscale cannot call again with what Keras recorded (keras.io's
     # GAN: compile(d_optimizer, g_optimizer, loss_fn); its distiller: compile(optimizer, metrics,
     # student_loss_fn, distillation_loss_fn, alpha, temperature), passing Keras only some of them)
@@ -152,8 +153,8 @@ def _fit_in_this_world(
         a["shuffle"] = feed.shuffle
     if a.get("validation_data") is not None:
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
-    metrics = metric_states.metric_objects(self, backend.keras_module().metrics.Metric)
-    step_weights.weigh_one_number_means(metrics, backend.keras_module().metrics.Mean)
+    metrics = metric_states.metric_objects(self, backend.family.keras_module().metrics.Metric)
+    step_weights.weigh_one_number_means(metrics, backend.family.keras_module().metrics.Mean)
     notes = (
         *backend.notes(),
         *backend.model_notes(self),
@@ -178,7 +179,9 @@ def _fit_in_this_world(
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
     endings = [end for end in (feed.after_training, after_orders) if end is not None]
     done = [
-        backend.keras_module().callbacks.LambdaCallback(on_train_end=lambda logs: [end() for end in endings])
+        backend.family.keras_module().callbacks.LambdaCallback(
+            on_train_end=lambda logs: [end() for end in endings]
+        )
     ]
     declared = bool(metric_states.declared_reductions(metrics))
     a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or []), declared), *callbacks, *done]

@@ -18,7 +18,7 @@ def notes(backend: Any, model: Any, metrics: list) -> list[str]:
     return [
         *metric_notes(backend, metrics),
         *loss_scale_notes(model),
-        *batch_norm_notes(backend.keras_module().layers.BatchNormalization, model),
+        *batch_norm_notes(backend.family.keras_module().layers.BatchNormalization, model),
     ]
 
 

@@ -162,7 +162,7 @@ def parse_options(backend: Backend, keywords: dict[str, Any], common: list[str])
     if set(keywords) <= {f.name for f in dataclasses.fields(backend.Options)}:
         return backend.Options(**keywords)  # the backend's own (or none): no other backend is imported
     owners: dict[str, list[type[Backend]]] = {}
-    loaded = _importable(backend.keras_generation)
+    loaded = _importable(backend.family.generation)
     for cls in loaded:
         for field in dataclasses.fields(cls.Options):
             owners.setdefault(field.name, []).append(cls)

@@ -59,7 +59,7 @@ class StrategyBackend(Backend):
         if self._strategy is None:
             self._strategy = self.make_strategy()
             _keras_private.on_distribution_loss_scaling(
-                self.keras_module(), _replica_mean.keras_divided_a_loss, _replica_mean.in_own_step
+                self.family.keras_module(), _replica_mean.keras_divided_a_loss, _replica_mean.in_own_step
             )
             self.family.strategy_made(self.name)
 
@@ -87,7 +87,6 @@ class StrategyBackend(Backend):
 
     # -- the model: variables must live in the strategy's scope ------------------------------------------
     def check_model(self, model: Any) -> None:
-        super().check_model(model)
         self.family.check_strategy_model(model, self.name)
 
     def place_model(self, model: tf.keras.Model) -> tf.keras.Model:
@@ -97,7 +96,7 @@ class StrategyBackend(Backend):
 
     def around_steps(self, model: Any) -> Layer:
         return _replica_mean.around_steps(
-            model, self.keras_module().Model, several_workers=self.num_workers > 1
+            model, self.family.keras_module().Model, several_workers=self.num_workers > 1
         )
 
     def _placed(self, model: tf.keras.Model) -> tf.keras.Model:
@@ -151,7 +150,7 @@ class StrategyBackend(Backend):
         if not declared_states or self.num_replicas == 1:
             return []
         return [
-            averaging_class(self.keras_module().callbacks.Callback)(
+            averaging_class(self.family.keras_module().callbacks.Callback)(
                 lambda values: values, self.reduce_results
             )
         ]

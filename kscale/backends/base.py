@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +22,24 @@ from kscale.callbacks import for_this_worker
 from kscale.environment import Environment
 from kscale.errors import SaveError
 from kscale.model_steps import Layer
+
+
+def reduce_in_groups(
+    values: list[np.ndarray], keys: list[Hashable], reduce: Callable[[Hashable, np.ndarray], np.ndarray]
+) -> list[np.ndarray]:
+    """Each value reduced over the workers with one collective per key, not one per value: the values of
+    one key (a dtype; a reduction and a dtype) packed into one flat array, `reduce(key, flat)`, and
+    unpacked, in each value's own shape and dtype and in the order given."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    reduced: list[np.ndarray] = [np.empty(0)] * len(values)
+    for key, members in groups.items():
+        flat = reduce(key, np.concatenate([np.asarray(values[i]).reshape(-1) for i in members]))
+        parts = np.split(np.asarray(flat), np.cumsum([np.size(values[i]) for i in members])[:-1])
+        for i, part in zip(members, parts):
+            reduced[i] = part.reshape(np.shape(values[i])).astype(values[i].dtype)
+    return reduced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +72,6 @@ class Backend(abc.ABC):
         self.env = env
         self.requested_devices = devices
         self.family = self.Family()
-
-    @property
-    def keras_generation(self) -> int:
-        """The Keras generation it trains: 2 (tf.keras) or 3 (Keras 3)."""
-        return self.family.generation
 
     @property
     def uneven_evaluation(self) -> bool:
@@ -121,17 +134,13 @@ class Backend(abc.ABC):
         """Context in which models are built for this backend (a strategy scope, or nothing)."""
         return contextlib.nullcontext()
 
-    def keras_module(self) -> Any:
-        """The Keras this backend's models come from (tf.keras, or Keras 3's `keras`)."""
-        return self.family.keras_module()
-
     def chief_only_callback_types(self) -> tuple[type, ...]:
         """Callbacks that write files or print progress: where every worker runs fit, each would write them.
 
         Not ModelCheckpoint: it saves through the model's own save / save_weights, which kscale binds to
         write on the chief (every worker taking part where saving is collective), so it runs everywhere and
         its state (`best`, what code after fit reads) is the same on every rank."""
-        callbacks = self.keras_module().callbacks
+        callbacks = self.family.keras_module().callbacks
         return (
             callbacks.TensorBoard,
             callbacks.CSVLogger,
@@ -149,8 +158,8 @@ class Backend(abc.ABC):
 
     # -- the model ------------------------------------------------------------------------------------------
     def check_model(self, model: Any) -> None:
-        """Raise a ModelError unless `model` is a built, compiled model this backend can train."""
-        self.family.check_model(model)
+        """Raise a ModelError where this backend cannot train `model`, a built, compiled model of its family
+        (`family.check_model`, asked first). Nothing here."""
 
     def place_model(self, model: Any) -> Any:
         """The model object that trains here: `model` itself, or a copy built where this backend needs it."""
@@ -287,15 +296,12 @@ class Backend(abc.ABC):
         if self.num_workers == 1 or not variables:
             return
         values = self.local_values(variables)
-        by_dtype: dict[np.dtype, list[int]] = {}
-        for i, value in enumerate(values):
-            by_dtype.setdefault(value.dtype, []).append(i)
-        for indices in by_dtype.values():
-            # float64: the mean of equal values (a frozen layer's) is that value, to the last bit
-            packed = np.concatenate([values[i].reshape(-1) for i in indices]).astype(np.float64)
-            mean = self.mean_over_workers(packed)
-            for i, part in zip(indices, np.split(mean, np.cumsum([values[i].size for i in indices])[:-1])):
-                variables[i].assign(part.reshape(values[i].shape).astype(values[i].dtype))
+        # float64: the mean of equal values (a frozen layer's) is that value, to the last bit
+        means = reduce_in_groups(
+            values, [v.dtype for v in values], lambda _, flat: self.mean_over_workers(flat.astype(np.float64))
+        )
+        for variable, mean in zip(variables, means):
+            variable.assign(mean)
 
     def mean_over_workers(self, values: np.ndarray) -> np.ndarray:
         """The workers' mean of `values` (the same shape everywhere), on every worker."""

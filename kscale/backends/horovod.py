@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from kscale import _horovod_private, _keras_private, _optional, sharding, step_weights, subclassing
-from kscale.backends.base import Backend
+from kscale import (
+    _horovod_private,
+    _keras_private,
+    _optional,
+    instance_methods,
+    sharding,
+    step_weights,
+    subclassing,
+)
+from kscale.backends.base import Backend, reduce_in_groups
 from kscale.callbacks import AverageMetrics, BroadcastInitialState, ChiefWritesBackup
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
@@ -182,25 +189,27 @@ class HorovodBackend(Backend):
         per epoch end, not one each), the chief's (first) broadcast, every worker's values gathered (max,
         min)."""
         hvd_tf = _optional.horovod_tensorflow()
-        values = [variable.read_value() for variable in variables]
-        reduced: list[Any] = [None] * len(values)
-        bundles: dict[tuple[str, Any], list[int]] = {}
-        for i, (value, how) in enumerate(zip(values, reductions)):
+        reduced: list[Any] = [None] * len(variables)
+        bundled = [i for i, how in enumerate(reductions) if how in ("sum", "mean")]
+        for i, (variable, how) in enumerate(zip(variables, reductions)):
             name = f"kscale.metric_state.{i}"
             if how == "first":
-                reduced[i] = hvd_tf.broadcast(value, root_rank=0, name=name)
-            elif how in ("sum", "mean"):
-                bundles.setdefault((how, value.dtype), []).append(i)
-            else:
-                rows = hvd_tf.allgather(tf.expand_dims(value, 0), name=name).numpy()
+                reduced[i] = hvd_tf.broadcast(variable.read_value(), root_rank=0, name=name)
+            elif how not in ("sum", "mean"):
+                rows = hvd_tf.allgather(tf.expand_dims(variable.read_value(), 0), name=name).numpy()
                 reduced[i] = reduce_rows(rows, how)
-        for (how, dtype), members in bundles.items():
-            flat = tf.concat([tf.reshape(values[i], [-1]) for i in members], axis=0)
+
+        def allreduce(key: tuple[str, np.dtype], flat: np.ndarray) -> np.ndarray:
+            how, dtype = key
             op = hvd_tf.Sum if how == "sum" else hvd_tf.Average
-            combined = hvd_tf.allreduce(flat, op=op, name=f"kscale.metric_states.{how}.{dtype.name}")
-            sizes = [int(tf.size(values[i])) for i in members]
-            for i, part in zip(members, tf.split(combined, sizes)):
-                reduced[i] = tf.reshape(part, values[i].shape)
+            return hvd_tf.allreduce(
+                tf.constant(flat), op=op, name=f"kscale.metric_states.{how}.{dtype}"
+            ).numpy()
+
+        values = [variables[i].numpy() for i in bundled]
+        keys = [(reductions[i], value.dtype) for i, value in zip(bundled, values)]
+        for i, value in zip(bundled, reduce_in_groups(values, keys, allreduce)):
+            reduced[i] = value
         return reduced
 
     def predict(
@@ -300,8 +309,8 @@ def average_every_update(optimizer: Any) -> None:
         reduced = iter(_horovod_private.allreduce(self, [g for g, _ in present], [v for _, v in present]))
         return [(g if g is None else next(reduced), v) for g, v in pairs]
 
-    optimizer.compute_gradients = types.MethodType(compute_gradients, optimizer)
-    optimizer.aggregate_gradients = types.MethodType(aggregate_gradients, optimizer)
+    instance_methods.bind(optimizer, "compute_gradients", compute_gradients)
+    instance_methods.bind(optimizer, "aggregate_gradients", aggregate_gradients)
 
 
 class _CommittedEpochs(tf.keras.callbacks.Callback):

@@ -119,7 +119,6 @@ class JaxBackend(Backend):
         return self._distribution.scope()
 
     def check_model(self, model: Any) -> None:
-        super().check_model(model)
         if self.num_replicas > 1:
             refuse_stateful(
                 model,

@@ -83,4 +83,4 @@ def _weights_without_metric_states(model: Any) -> list:
 
 def agreement_check(backend: Any) -> Any:
     """The callback that compares the workers' weights at epoch ends under `backend`."""
-    return _callback_class(backend.keras_module().callbacks.Callback)(backend)
+    return _callback_class(backend.family.keras_module().callbacks.Callback)(backend)
