@@ -11,7 +11,7 @@ from typing import Any
 
 from kscale import _keras_private, loss_reduction, own_methods
 from kscale.model_state import set_plan, state
-from kscale.sharding import flatten
+from kscale.structures import flatten
 
 
 def adopt_own_compile(model: Any, optimizer: Any) -> None:

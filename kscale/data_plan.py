@@ -1,6 +1,6 @@
 """What each worker feeds to fit, evaluate and predict: its batch, its part of the data and its steps,
 the epochs' sample orders as one process draws them, and the checks that every worker was given the
-same data. The feeds themselves are the backend's (kscale/sharding.py, kscale/tf_data.py)."""
+same data. The feeds themselves are the backend's (kscale/feeds.py, kscale/tf_data.py, kscale/tf_feeds.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from kscale import agreement
+from kscale import agreement, tf_feeds
 from kscale.errors import DataError, OptionError
+from kscale.feeds import Feed, FeedRequest
 from kscale.options import Options
 from kscale.plan import BatchSemantics, DataPolicy, divide_steps
-from kscale.sharding import Feed, FeedRequest, Shard, class_weighted, flatten, is_array_data, num_samples
+from kscale.sharding import Shard, class_weighted
+from kscale.structures import flatten, is_array_data, num_samples
 
 _KERAS_DEFAULT_BATCH = 32
 
@@ -88,7 +90,7 @@ def fed(backend: Any, request: FeedRequest, x: Any, y: Any, sample_weight: Any) 
     _check_same_data(backend, request, x, y, sample_weight)
     feed = backend.feed(x, y, sample_weight, request)
     if feed.fingerprint and request.shard.count > 1:
-        # What a feed read to begin with (a generator's first step: sharding.GeneratorShard) must be
+        # What a feed read to begin with (a generator's first step: batch_shards.GeneratorShard) must be
         # the same on every worker, as arrays must (one small gather)
         gathered = backend.gather(agreement.data_fingerprint(feed.fingerprint))
         agreement.check_same_data(gathered, request.what)
@@ -156,9 +158,7 @@ def with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, ar
     if is_array_data(x) and y is not None:
         return x, y, class_weighted(y, sample_weight, class_weight)
     if type(x).__module__.startswith("tensorflow"):  # a tf.data.Dataset: TensorFlow is imported already
-        from kscale import tf_data
-
-        return tf_data.with_class_weight(x, class_weight), y, sample_weight
+        return tf_feeds.with_class_weight(x, class_weight), y, sample_weight
     arguments["class_weight"] = class_weight
     return x, y, sample_weight
 

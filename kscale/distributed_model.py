@@ -40,7 +40,8 @@ from kscale.errors import ModelError
 from kscale.options import Options
 from kscale.plan import DataPolicy, Plan, divide_epochs
 from kscale.rate_life_cycle import RateLifeCycle
-from kscale.sharding import is_array_data, split_validation
+from kscale.sharding import split_validation
+from kscale.structures import is_array_data
 
 
 def distribute(model: Any, **options: Any) -> Any:

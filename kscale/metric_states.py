@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kscale import _keras_private
-from kscale.sharding import flatten
+from kscale.structures import flatten
 
 #: The ways a declared state combines over replicas.
 REDUCTIONS = ("sum", "mean", "max", "min", "first")

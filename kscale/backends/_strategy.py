@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _keras_private, sharding, tf_data
+from kscale import _keras_private, feeds, sharding, structures, tf_data, tf_feeds, tf_orders
 from kscale.backends import _replica_mean
 from kscale.backends.base import Backend
 from kscale.callbacks.average_metrics import averaging_class
@@ -229,17 +229,17 @@ class StrategyBackend(Backend):
             first_replica_arrays(self.strategy, [np.zeros(1, np.float32)])
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
-    def feed(self, x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.Feed:
+    def feed(self, x: Any, y: Any, sample_weight: Any, request: feeds.FeedRequest) -> feeds.Feed:
         part = tf_data.worker_part(x, y, sample_weight, request)
-        if part.kind is sharding.Kind.OTHER:
-            return sharding.one_process_feed(part, request)
+        if part.kind is feeds.Kind.OTHER:
+            return feeds.one_process_feed(part, request)
         if not request.shard.even and request.steps is None:
             return self._uneven_feed(x, part, request)
-        dataset = tf_data.as_dataset(part, request)
+        dataset = tf_feeds.as_dataset(part, request)
         per_worker = self.replicas_per_worker
         batches = tf_data.dataset_batches(dataset)
         if (
-            part.kind is sharding.Kind.ARRAYS and part.orders is not None
+            part.kind is feeds.Kind.ARRAYS and part.orders is not None
         ):  # every epoch's batches, in their orders
             batches //= len(part.orders)
         available = tf_data.steps_for(batches, per_worker)
@@ -248,10 +248,10 @@ class StrategyBackend(Backend):
                 f"the {request.what} has {batches} batch(es) per worker, fewer than the {per_worker} replicas "
                 "of this worker: no step can run. Use a smaller batch or more data."
             )
-        steps, notes = sharding.checked_steps(request.steps, available, request), list(part.notes)
+        steps, notes = feeds.checked_steps(request.steps, available, request), list(part.notes)
         if steps is None:
             if available is None:
-                raise sharding.unknown_length(request.what)
+                raise feeds.unknown_length(request.what)
             steps = available
             if batches % per_worker:
                 notes.append(
@@ -259,13 +259,13 @@ class StrategyBackend(Backend):
                 )
         stream, after_training = self._epochs(x, dataset, batches, steps, available, request, notes)
         distributed = self.strategy.distribute_datasets_from_function(lambda _: stream)
-        return sharding.Feed(
+        return feeds.Feed(
             distributed,
             steps=steps,
             notes=notes,
             epoch_steps=steps,
             after_training=after_training,
-            after_error=(lambda: tf_data.cut_short(x)) if after_training is not None else None,
+            after_error=(lambda: tf_orders.cut_short(x)) if after_training is not None else None,
             fingerprint=part.fingerprint,
         )
 
@@ -276,7 +276,7 @@ class StrategyBackend(Backend):
         batches: int | None,
         steps: int,
         available: int | None,
-        request: sharding.FeedRequest,
+        request: feeds.FeedRequest,
         notes: list[str],
     ) -> tuple[tf.data.Dataset, Callable[[], None] | None]:
         """All of fit's epochs as one stream (Keras makes one iterator of a distributed dataset, for every
@@ -287,23 +287,23 @@ class StrategyBackend(Backend):
         reshuffles draws an order for each); an endless one (repeat()) as one iterator, going on from
         epoch to epoch. Other data (arrays, Sequences) orders itself: one epoch's batches, repeated."""
         per_epoch = steps * self.replicas_per_worker
-        ordered_arrays = request.orders is not None and sharding.is_array_data(x)
+        ordered_arrays = request.orders is not None and structures.is_array_data(x)
         if ordered_arrays and steps == available:  # all of fit's epochs already, in one process's orders
             return dataset, None
         user_dataset = isinstance(x, tf.data.Dataset) and not request.evaluation
         if user_dataset and batches is not None and batches < 0:
             return dataset, None
         if user_dataset and steps == available:
-            tf_data.check_not_cut_short(x)
+            tf_orders.check_not_cut_short(x)
             iterators = self.family.fit_iterators
-            passes = tf_data.epochs_in_one_process_order(
+            passes = tf_orders.epochs_in_one_process_order(
                 dataset.take(per_epoch), x, request.epochs, iterators
             )
-            return passes, lambda: tf_data.after_last_epoch(x, iterators)
+            return passes, lambda: tf_orders.after_last_epoch(x, iterators)
         if request.evaluation:
             # One pass per evaluation: Keras makes a new iterator for each, and a repeat() read ahead by the
             # strategy's prefetch would take batches a generator (or a Sequence) then never gives again.
-            return tf_data.of_unknown_length(dataset.take(per_epoch)), None
+            return tf_orders.of_unknown_length(dataset.take(per_epoch)), None
         if user_dataset:
             notes.append(
                 f"steps_per_epoch takes {steps} of the {available} steps of this worker's part of the "
@@ -314,7 +314,7 @@ class StrategyBackend(Backend):
         # exactly one epoch's batches and repeat them, so every epoch is one full pass.
         return dataset.take(per_epoch).repeat(), None
 
-    def _uneven_feed(self, x: Any, part: sharding.WorkerPart, request: sharding.FeedRequest) -> sharding.Feed:
+    def _uneven_feed(self, x: Any, part: feeds.WorkerPart, request: feeds.FeedRequest) -> feeds.Feed:
         """Evaluation to the last sample: every replica runs the same number of steps, and no replica is
         ever handed a batch of zero samples (TensorFlow's CPU kernels mishandle them: oneDNN's conv2d and
         matmul fail on an empty batch). Array parts are cut into exactly steps × replicas batches of even
@@ -322,9 +322,9 @@ class StrategyBackend(Backend):
         replicas when read, and Keras weighs each batch's loss by its size, so the results are exact."""
         longest, shortest, per_worker = part.longest, part.shortest, self.replicas_per_worker
         if longest is None or shortest is None or part.length is None:
-            raise sharding.unknown_length(request.what)
+            raise feeds.unknown_length(request.what)
         notes = list(part.notes)
-        if part.kind is sharding.Kind.ARRAYS:
+        if part.kind is feeds.Kind.ARRAYS:
             # As many steps as the largest part needs at the asked batch, but no more than the smallest
             # part can fill with one sample per replica and step (only a tiny part or batch runs short).
             steps = min(math.ceil(longest / (per_worker * request.per_replica)), shortest // per_worker)
@@ -336,7 +336,7 @@ class StrategyBackend(Backend):
                 )
             sizes = sharding.slices(part.length, steps * per_worker)
             arrays = (part.x, part.y, part.sample_weight)
-            dataset = tf_data.arrays_in_batches(arrays, sizes)
+            dataset = tf_feeds.arrays_in_batches(arrays, sizes)
             if max(sizes) > request.per_replica:
                 notes.append(
                     f"{request.what} evaluated in batches of up to {max(sizes)} samples (more than "
@@ -351,15 +351,15 @@ class StrategyBackend(Backend):
                     f"and {steps} step(s): a replica would get no sample. Use smaller batches (at least "
                     f"{per_worker * request.shard.count} batches in all), or evaluate on fewer replicas."
                 )
-            dataset = tf_data.split_first_batches(tf_data.as_dataset(part, request), extra)
+            dataset = tf_feeds.split_first_batches(tf_feeds.as_dataset(part, request), extra)
         # One pass per evaluation (Keras makes a new iterator for each), none begun ahead of the next: a
         # repeat() read ahead by each worker's prefetch, as far as its timing goes, would have the workers
         # cut different orders of a reshuffling shuffle() into their parts.
         if isinstance(x, tf.data.Dataset):  # drawing the orders one process draws
-            dataset = tf_data.epochs_in_one_process_order(dataset, x, 1, self.family.fit_iterators)
-        dataset = tf_data.of_unknown_length(dataset)
+            dataset = tf_orders.epochs_in_one_process_order(dataset, x, 1, self.family.fit_iterators)
+        dataset = tf_orders.of_unknown_length(dataset)
         distributed = self.strategy.distribute_datasets_from_function(lambda _: dataset)
-        return sharding.Feed(
+        return feeds.Feed(
             distributed, steps=steps, notes=notes, epoch_steps=steps, fingerprint=part.fingerprint
         )
 

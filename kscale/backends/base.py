@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kscale import checkpoint_io, sharding
+from kscale import checkpoint_io, feeds
 from kscale.callbacks import for_this_worker
 from kscale.environment import Environment
 from kscale.errors import SaveError
@@ -186,9 +186,9 @@ class Backend(abc.ABC):
 
     # -- data -------------------------------------------------------------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
-        """This worker's part of the data, in the form the model's own fit/evaluate take (a sharding.Feed):
+        """This worker's part of the data, in the form the model's own fit/evaluate take (a feeds.Feed):
         here as one process takes it, the part cut as the family cuts it."""
-        return sharding.one_process_feed(self.family.worker_part(x, y, sample_weight, request), request)
+        return feeds.one_process_feed(self.family.worker_part(x, y, sample_weight, request), request)
 
     def predict_batch_size(self, per_replica: int) -> int:
         """The batch predict() runs with on this worker for a per-replica batch."""

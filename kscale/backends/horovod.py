@@ -13,8 +13,8 @@ from kscale import (
     _keras_private,
     _optional,
     instance_methods,
-    sharding,
     step_weights,
+    structures,
     subclassing,
 )
 from kscale.backends.base import Backend, reduce_in_groups
@@ -218,15 +218,15 @@ class HorovodBackend(Backend):
         if method != "predict" or not options.split_predict or self.num_workers == 1:
             return keras_method(**arguments)
         x = arguments.get("x")
-        if not sharding.is_array_data(x):
+        if not structures.is_array_data(x):
             raise DataError(
                 f"split_predict needs numpy arrays or tensors to cut into parts, got {type(x).__name__}. "
                 "Pass arrays, or drop split_predict (every worker then predicts all of x)."
             )
-        total = sharding.num_samples(x)
+        total = structures.num_samples(x)
         bounds = np.linspace(0, total, self.num_workers + 1).astype(int)
         start, end = bounds[self.worker_index], bounds[self.worker_index + 1]
-        part = sharding.map_structure(lambda a: a[start:end], x)
+        part = structures.map_structure(lambda a: a[start:end], x)
         local = keras_method(**{**arguments, "x": part})
         hvd_tf = _optional.horovod_tensorflow()
         leaves = tf.nest.flatten(local)

@@ -19,7 +19,7 @@ import jax
 import keras
 import numpy as np
 
-from kscale import _keras_private, sharding, step_weights
+from kscale import _keras_private, step_weights, structures
 from kscale.backends.base import Backend
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
@@ -201,8 +201,8 @@ class JaxBackend(Backend):
     def evaluates_whole(self, x: Any) -> bool:
         # Every step of Keras' evaluate across processes is a collective over equal batches: data other
         # than arrays, whose parts no batch divides, would lose samples. Every process evaluates all of
-        # it, on the model itself. Arrays are cut in global steps, the last one whole (sharding.array_part).
-        return self.num_workers > 1 and not sharding.is_array_data(x)
+        # it, on the model itself. Arrays are cut in global steps, the last one whole (feeds.array_part).
+        return self.num_workers > 1 and not structures.is_array_data(x)
 
     def whole_data_on_every_process(self) -> contextlib.AbstractContextManager:
         return self._between.scope()

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import _keras_private, loss_reduction, sharding, step_weights, tf_data
+from kscale import _keras_private, feeds, loss_reduction, step_weights, tf_data, tf_feeds
 from kscale.keras2 import learning_rate, rebuild
 from kscale.rebuild import refuse_stateful, stateful_error
 
@@ -156,8 +156,8 @@ class Keras2Family:
     # -- data and callbacks ---------------------------------------------------------------------------
     def worker_part(self, x: Any, y: Any, sample_weight: Any, request: Any) -> Any:
         part = tf_data.worker_part(x, y, sample_weight, request)
-        if part.kind is sharding.Kind.ARRAYS and (part.last_step is not None or part.orders is not None):
-            return tf_data.weighted_batches_part(part, request)
+        if part.kind is feeds.Kind.ARRAYS and (part.last_step is not None or part.orders is not None):
+            return tf_feeds.weighted_batches_part(part, request)
         return part
 
     def collectively_saving_callbacks(self) -> tuple[type, ...]:

@@ -8,22 +8,20 @@ from typing import Any
 
 import keras
 
-from kscale import sharding
+from kscale import batch_shards, feeds, structures
 
 
-def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest) -> sharding.WorkerPart:
+def worker_part(x: Any, y: Any, sample_weight: Any, request: feeds.FeedRequest) -> feeds.WorkerPart:
     """This worker's equal part of numpy arrays, a keras.utils.PyDataset or (with TensorFlow) a tf.data.Dataset."""
-    if sharding.is_array_data(x):
-        part = sharding.array_part(x, y, sample_weight, request)
+    if structures.is_array_data(x):
+        part = feeds.array_part(x, y, sample_weight, request)
         if part.last_step is None and part.orders is None:
             return part
         # A last step shared unevenly, or each epoch in one process's order: this worker's batches
         batches = WeightedArrayBatches(part, request)
-        return sharding.WorkerPart(
-            sharding.Kind.ARRAY_BATCHES, batches, length=len(batches), notes=part.notes
-        )
+        return feeds.WorkerPart(feeds.Kind.ARRAY_BATCHES, batches, length=len(batches), notes=part.notes)
     if isinstance(x, keras.utils.PyDataset):
-        return sharding.batches_part(x, y, sample_weight, request, ShardedPyDataset)
+        return batch_shards.batches_part(x, y, sample_weight, request, ShardedPyDataset)
     if "torch" in sys.modules:  # the user's DataLoader: torch is imported
         from kscale.keras3 import torch_data
 
@@ -35,21 +33,19 @@ def worker_part(x: Any, y: Any, sample_weight: Any, request: sharding.FeedReques
 
         # Keras 3 takes the worker's whole batch and spreads it over the worker's devices
         return tf_data.worker_part(x, y, sample_weight, request, request.replicas_per_worker)
-    part = sharding.other_part(x, y, sample_weight, request)
-    if (
-        part.kind is sharding.Kind.GENERATOR
-    ):  # Keras 3 spreads the worker's batch over its devices: one per step
+    part = batch_shards.other_part(x, y, sample_weight, request)
+    if part.kind is feeds.Kind.GENERATOR:  # Keras 3 spreads the worker's batch over its devices: one per step
         part.x.joined = True
         part.x = (batch for batch in part.x)  # a Python generator, which Keras 3 takes as such
     return part
 
 
-class WeightedArrayBatches(sharding.ArrayBatches, keras.utils.PyDataset):
-    """This worker's batches of training arrays whose last step is shared (kscale.sharding.ArrayBatches)."""
+class WeightedArrayBatches(batch_shards.ArrayBatches, keras.utils.PyDataset):
+    """This worker's batches of training arrays whose last step is shared (kscale.batch_shards.ArrayBatches)."""
 
 
-class ShardedPyDataset(sharding.BatchShard, keras.utils.PyDataset):
-    """A PyDataset restricted to batches r, r+N, ... (kscale.sharding.BatchShard)."""
+class ShardedPyDataset(batch_shards.BatchShard, keras.utils.PyDataset):
+    """A PyDataset restricted to batches r, r+N, ... (kscale.batch_shards.BatchShard)."""
 
     noun = "dataset"
     type_name = "a keras.utils.PyDataset"

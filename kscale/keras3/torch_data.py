@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kscale import sharding
+from kscale import batch_shards, feeds, sharding
 from kscale.errors import DataError
 
 #: DistributedSampler's default seed: the order every process draws for epoch e is seed + e's.
@@ -24,13 +24,11 @@ def is_loader(x: Any) -> bool:
     return isinstance(x, torch.utils.data.DataLoader)
 
 
-def worker_part(
-    loader: Any, y: Any, sample_weight: Any, request: sharding.FeedRequest
-) -> sharding.WorkerPart:
+def worker_part(loader: Any, y: Any, sample_weight: Any, request: feeds.FeedRequest) -> feeds.WorkerPart:
     shard = request.shard
-    sharding.no_separate_targets(y, sample_weight, "a torch DataLoader")
+    batch_shards.no_separate_targets(y, sample_weight, "a torch DataLoader")
     if shard.count == 1:
-        return sharding.WorkerPart(sharding.Kind.SEQUENCE, loader, length=len(loader))
+        return feeds.WorkerPart(feeds.Kind.SEQUENCE, loader, length=len(loader))
     if loader.batch_sampler is None:  # an IterableDataset, or batch_size=None: no batches to deal out
         raise DataError(
             f"kscale cannot split this DataLoader's {request.what} between {shard.count} processes: it has "
@@ -51,8 +49,8 @@ def worker_part(
         notes.append(f"{total % shard.count} trailing batch(es) of {total} unused so processes stay even")
     longest, shortest = sharding.longest_and_shortest(total, shard)
     part = _loader_with(loader, batches)
-    return sharding.WorkerPart(
-        sharding.Kind.SEQUENCE, part, length=len(part), notes=notes, longest=longest, shortest=shortest
+    return feeds.WorkerPart(
+        feeds.Kind.SEQUENCE, part, length=len(part), notes=notes, longest=longest, shortest=shortest
     )
 
 

@@ -1,4 +1,5 @@
-"""kscale.sharding: disjoint parts of array input that together hold every sample, without any framework."""
+"""kscale.sharding and the modules it feeds (kscale.feeds, kscale.batch_shards, kscale.structures): disjoint
+parts of array input that together hold every sample, without any framework."""
 
 from __future__ import annotations
 
@@ -7,25 +8,12 @@ import collections
 import numpy as np
 import pytest
 
+from kscale.batch_shards import ArrayBatches, BatchShard, other_part
 from kscale.errors import DataError
-from kscale.sharding import (
-    ArrayBatches,
-    BatchShard,
-    FeedRequest,
-    Kind,
-    LastStep,
-    Shard,
-    WorkerPart,
-    _concatenated,
-    array_part,
-    flatten,
-    is_array_data,
-    map_structure,
-    one_process_feed,
-    other_part,
-    unknown_length,
-)
+from kscale.feeds import FeedRequest, Kind, LastStep, WorkerPart, array_part, one_process_feed, unknown_length
+from kscale.sharding import Shard
 from kscale.step_weights import Weighted, WholeStep
+from kscale.structures import _concatenated, flatten, is_array_data, map_structure
 
 
 def request(

@@ -36,7 +36,7 @@ def assert_batched_samples_readable(tf) -> None:
 
 def assert_reshuffling_readable(tf) -> None:
     """What kscale reads of a shuffle()'s reshuffle_each_iteration (also run by tests/keras3 on Keras 3's
-    TensorFlow): a refusal rests on it (tf_data.cut_short)."""
+    TensorFlow): a refusal rests on it (tf_orders.cut_short)."""
     reshuffles = _tensorflow_private.dataset_reshuffles
     base = tf.data.Dataset.range(16)
     assert reshuffles(base.shuffle(16, seed=3).batch(4)), "tf.data renamed shuffle()'s reshuffle attribute"

@@ -9,15 +9,10 @@ import pytest
 import tensorflow as tf
 
 from kscale.errors import DataError
-from kscale.sharding import Shard, is_array_data, num_samples, require_samples, shard_arrays, split_validation
-from kscale.tf_data import (
-    ShardedSequence,
-    arrays_to_dataset,
-    dataset_batches,
-    sequence_to_dataset,
-    shard_dataset,
-    shares_last_step,
-)
+from kscale.sharding import Shard, require_samples, shard_arrays, split_validation
+from kscale.structures import is_array_data, num_samples
+from kscale.tf_data import ShardedSequence, dataset_batches, shard_dataset, shares_last_step
+from kscale.tf_feeds import arrays_to_dataset, sequence_to_dataset
 
 
 class Batches(tf.keras.utils.Sequence):
@@ -302,7 +297,7 @@ def test_sequence_to_dataset_round_trip(as_list):
 
 
 def test_arrays_in_batches_gives_every_sample_once_in_the_sizes_asked():
-    from kscale.tf_data import arrays_in_batches
+    from kscale.tf_feeds import arrays_in_batches
 
     x, y = np.arange(14, dtype="float32").reshape(7, 2), np.arange(7)
     batches = list(arrays_in_batches((x, y, None), [2, 2, 2, 1]).as_numpy_iterator())
@@ -312,7 +307,7 @@ def test_arrays_in_batches_gives_every_sample_once_in_the_sizes_asked():
 
 
 def test_split_first_batches_cuts_them_in_halves_and_keeps_every_sample():
-    from kscale.tf_data import split_first_batches
+    from kscale.tf_feeds import split_first_batches
 
     dataset = tf.data.Dataset.from_tensor_slices(({"a": np.arange(7.0)}, np.arange(7))).batch(3)
     split = list(split_first_batches(dataset, 2).as_numpy_iterator())
@@ -324,7 +319,7 @@ def test_split_first_batches_cuts_them_in_halves_and_keeps_every_sample():
 def test_split_first_batches_reads_a_reshuffling_dataset_once():
     """A seeded shuffle() draws a new order for every pass: cutting the first batches must not read a
     second pass for the others (some samples twice, others never)."""
-    from kscale.tf_data import split_first_batches
+    from kscale.tf_feeds import split_first_batches
 
     dataset = tf.data.Dataset.range(12).shuffle(12, seed=3).batch(3)
     for _ in range(3):
@@ -336,7 +331,7 @@ def test_epochs_in_one_process_order_reads_the_passes_one_process_reads():
     """Each epoch's pass is the one a seeded shuffle gives the iterator one process's fit reads then: after
     the iterators Keras' fit makes and drops (FitIterators), and no pass is begun after the last epoch."""
     from kscale._keras_private import FitIterators
-    from kscale.tf_data import after_last_epoch, epochs_in_one_process_order
+    from kscale.tf_orders import after_last_epoch, epochs_in_one_process_order
 
     def shuffled():
         return tf.data.Dataset.range(6).shuffle(6, seed=5)
@@ -354,7 +349,7 @@ def test_epochs_in_one_process_order_reads_the_passes_one_process_reads():
 
 
 def test_split_first_batches_refuses_to_make_an_empty_batch():
-    from kscale.tf_data import split_first_batches
+    from kscale.tf_feeds import split_first_batches
 
     dataset = tf.data.Dataset.from_tensor_slices(np.arange(3.0)).batch(1)
     with pytest.raises(tf.errors.InvalidArgumentError, match="batches of at least 2 samples"):
@@ -386,7 +381,7 @@ def _counted_pipeline(paths: list[str], reads: tf.Variable) -> tf.data.Dataset:
 
 
 def _read_by_worker(dataset_for, workers: int) -> tuple[list[int], list[set[int]]]:
-    from kscale.sharding import FeedRequest
+    from kscale.feeds import FeedRequest
     from kscale.tf_data import worker_part
 
     reads, samples = [], []
@@ -412,7 +407,7 @@ def test_a_dataset_that_reads_files_is_sharded_by_file_each_worker_reading_its_s
 
 def test_file_sharding_is_named_in_the_plan_and_falls_back_to_batches_with_too_few_files(tmp_path):
     from kscale._tensorflow_private import dataset_files_read as files_read
-    from kscale.sharding import FeedRequest
+    from kscale.feeds import FeedRequest
     from kscale.tf_data import worker_part
 
     paths = _tfrecords(tmp_path, files=3)
@@ -439,7 +434,7 @@ def _with_policy(dataset: tf.data.Dataset, policy) -> tf.data.Dataset:
 def test_the_datasets_own_auto_shard_policy_overrides_the_choice(tmp_path):
     """DATA: every worker reads all and keeps its batches; OFF: not sharded (the user shards it); FILE:
     by file, an error when it cannot be."""
-    from kscale.sharding import FeedRequest
+    from kscale.feeds import FeedRequest
     from kscale.tf_data import worker_part
 
     policy = tf.data.experimental.AutoShardPolicy
@@ -462,7 +457,7 @@ def test_the_datasets_own_auto_shard_policy_overrides_the_choice(tmp_path):
 
 
 def test_with_class_weight_adds_the_weights_keras_would_to_a_dataset_of_batches():
-    from kscale.tf_data import with_class_weight
+    from kscale.tf_feeds import with_class_weight
 
     labels = np.array([0, 1, 1, 2])
     dataset = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), labels)).batch(2)
@@ -492,7 +487,7 @@ def test_shuffle_seeds_are_read_from_the_dataset_and_an_unseeded_shuffle_cannot_
     """Worker r takes batches r, r+N, ... of the order it reads: the workers compare their shuffles' seeds,
     and a shuffle without one (each worker its own order) is a DataError before any worker trains."""
     from kscale._tensorflow_private import dataset_shuffle_seeds as shuffle_seeds
-    from kscale.sharding import FeedRequest
+    from kscale.feeds import FeedRequest
     from kscale.tf_data import worker_part
 
     def shuffled(seed=None):
@@ -513,7 +508,7 @@ def test_shuffle_seeds_are_read_from_the_dataset_and_an_unseeded_shuffle_cannot_
 def test_a_reshuffling_dataset_a_failed_fit_read_is_refused_by_the_next_fit():
     """How many orders a reshuffling shuffle() drew is unknown once a fit stopped on an error (the
     strategy read ahead): the next fit on it stops with a DataError; one that does not reshuffle goes on."""
-    from kscale.tf_data import check_not_cut_short, cut_short
+    from kscale.tf_orders import check_not_cut_short, cut_short
 
     reshuffling = tf.data.Dataset.range(16).shuffle(16, seed=3).batch(4)
     fixed = tf.data.Dataset.range(16).shuffle(16, seed=3, reshuffle_each_iteration=False).batch(4)
