@@ -67,18 +67,15 @@ class Backend(abc.ABC):
     #: Each replica computes its loss on its own slice of the global batch, and their gradients are
     #: averaged (all but Keras 3 on JAX, whose every step computes the global batch's loss itself).
     replica_losses: ClassVar[bool] = True
+    #: Workers may evaluate parts of different sizes, to the last sample: each process alone with no
+    #: collective per step (Horovod, torch), or a strategy with every replica's part cut into as many
+    #: non-empty batches as it runs steps; `reduce_results` combines the metric states once at the end.
+    uneven_evaluation: ClassVar[bool] = True
 
     def __init__(self, env: Environment, devices: list[str] | None = None):
         self.env = env
         self.requested_devices = devices
         self.family = self.Family()
-
-    @property
-    def uneven_evaluation(self) -> bool:
-        """Evaluation runs no collective per step, so workers may evaluate parts of different sizes: nothing
-        is dropped, and `reduce_results` combines the workers' metric states once at the end. The family's
-        answer, unless the backend's class says otherwise (where it evaluates on a copy)."""
-        return self.family.uneven_evaluation
 
     # -- when it applies, and how big the world is --------------------------------------------------------
     @classmethod

@@ -12,6 +12,8 @@ class Keras3SingleBackend(Backend):
     Family = Keras3Family
     Options = Keras3Options
     one_process = True
+    # One process evaluates all of the data; its parts are not cut at all.
+    uneven_evaluation = False
 
     @classmethod
     def detect(cls, env: Environment) -> bool:

@@ -28,9 +28,6 @@ class Keras2Family:
     generation = 2
     #: How the optimizer applies the rate as written times the plan's factor (kscale.learning_rate).
     rates = learning_rate
-    # Keras 2 evaluates uneven parts to the last sample: each process alone (Horovod), or under a
-    # tf.distribute strategy with every replica's part cut into as many non-empty batches as it runs steps.
-    uneven_evaluation = True
     #: The iterators of a tf.data dataset Keras' own fit makes in one process (each draws a shuffle's order).
     fit_iterators = _keras_private.KERAS2_FIT_ITERATORS
 

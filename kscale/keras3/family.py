@@ -38,8 +38,6 @@ class Keras3Family:
     generation = 3
     #: How the optimizer applies the rate as written times the plan's factor (kscale.learning_rate).
     rates = learning_rate
-    #: Keras 3 evaluates with Keras' own distributed evaluate (backends whose feed is uneven say so).
-    uneven_evaluation = False
     #: The iterators of a tf.data dataset Keras' own fit makes in one process (each draws a shuffle's order).
     fit_iterators = _keras_private.KERAS3_FIT_ITERATORS
 
