@@ -1,6 +1,16 @@
 """What taking a user's compiled model apart and building it again needs in both Keras families, given the
 family's `keras` module (as Horovod's `_keras` takes it). What differs is in kscale/keras2/rebuild.py
-(tf.keras) and kscale/keras3/rebuild.py (Keras 3)."""
+(tf.keras) and kscale/keras3/rebuild.py (Keras 3); those two are the only places a model or optimizer is
+copied, each reached through its family's `rebuild_in` / `clone_optimizer`.
+
+Why copies are kept at all (issue 42, item 5): a strategy creates variables only in its own scope, and a
+multi-process keras.distribution only collectively, so a model whose variables exist elsewhere cannot
+train as it is. That model is common, not a misuse: built before `import kscale` (keras.io's examples put
+imports first, but a notebook or a loaded `.keras` file may come earlier), a second model built after
+the first `distribute()` left the strategy's process-wide scope, or a model given `backend=` at
+`distribute()`, which picks the strategy after the model exists. Refusing it with a ModelError would break
+scripts that train correctly today; the copy keeps the user's class, weights, optimizer state, losses,
+metrics and lookup tables, and docs/guide/distribute.md says the object passed does not train."""
 
 from __future__ import annotations
 
