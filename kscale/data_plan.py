@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kscale import agreement, tf_feeds
+from kscale import agreement
 from kscale.errors import DataError, OptionError
 from kscale.feeds import Feed, FeedRequest
 from kscale.options import Options
@@ -158,6 +158,8 @@ def with_class_weight(x: Any, y: Any, sample_weight: Any, class_weight: dict, ar
     if is_array_data(x) and y is not None:
         return x, y, class_weighted(y, sample_weight, class_weight)
     if type(x).__module__.startswith("tensorflow"):  # a tf.data.Dataset: TensorFlow is imported already
+        from kscale import tf_feeds
+
         return tf_feeds.with_class_weight(x, class_weight), y, sample_weight
     arguments["class_weight"] = class_weight
     return x, y, sample_weight
