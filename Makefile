@@ -28,6 +28,10 @@ PYTEST := -m pytest -p no:cacheprovider --durations=30
 # building needs), so two lanes' installs take turns through this lock; the rest of a venv (Horovod's
 # build, the tests) overlaps. flock is util-linux's.
 INSTALL := flock $(CURDIR)/.install.lock
+# No wheel cache: the five venvs take about 13 GB, and pip's cache of the wheels they were built from
+# (TensorFlow three times, torch, JAX, Ray) would add several more; each lane installs every wheel once.
+# A CI run that ran out of disk on a 2-core machine stopped while installing torch (Errno 28).
+export PIP_NO_CACHE_DIR := 1
 # Horovod has no wheels: it is compiled against each lane's TensorFlow, with Gloo and without MPI.
 HOROVOD_BUILD := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$$(nproc)"
