@@ -31,6 +31,7 @@ from kscale import (
     model_steps,
     own_methods,
     plan_notes,
+    preemption,
     seeding,
     step_weights,
 )
@@ -154,13 +155,18 @@ def _fit_in_this_world(
         a["shuffle"] = feed.shuffle
     if a.get("validation_data") is not None:
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
-    metrics = metric_states.metric_objects(self, backend.family.keras_module().metrics.Metric)
-    step_weights.weigh_one_number_means(metrics, backend.family.keras_module().metrics.Mean)
+    keras = backend.family.keras_module()
+    preemption_stop = preemption.stop_for(
+        list(a.get("callbacks") or []), keras.callbacks, backend.gather, backend.is_chief
+    )
+    metrics = metric_states.metric_objects(self, keras.metrics.Metric)
+    step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)
     notes = (
         *backend.notes(),
         *backend.model_notes(self),
         *feed.notes,
         *plan_notes.notes(backend, self, metrics),
+        *preemption.notes(preemption_stop),
     )
     model_state.set_plan(
         self,
@@ -179,14 +185,12 @@ def _fit_in_this_world(
     # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
     endings = [end for end in (feed.after_training, after_orders) if end is not None]
-    done = [
-        backend.family.keras_module().callbacks.LambdaCallback(
-            on_train_end=lambda logs: [end() for end in endings]
-        )
-    ]
+    done = [keras.callbacks.LambdaCallback(on_train_end=lambda logs: [end() for end in endings])]
     declared = bool(metric_states.declared_reductions(metrics))
-    a["callbacks"] = [*check, *backend.callbacks(list(a.get("callbacks") or []), declared), *callbacks, *done]
-    with backend.keras_steps():
+    # The preemption stop after the user's callbacks: their BackupAndRestore has written the epoch's backup.
+    users = backend.callbacks(list(a.get("callbacks") or []), declared)
+    a["callbacks"] = [*check, *users, *callbacks, *preemption.as_list(preemption_stop), *done]
+    with backend.keras_steps(), preemption.listening(preemption_stop):
         try:
             return own_methods.own(self, "fit")(**a)
         except BaseException:

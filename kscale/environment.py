@@ -18,6 +18,11 @@ from collections.abc import Mapping
 
 from kscale.errors import EnvironmentDetectionError, LaunchError
 
+#: Where `kscale run` tells its workers to record that they stopped for a preemption notice, and the exit
+#: status of a worker that did, and of kscale run then: 128 + SIGTERM (kscale/preemption.py says why).
+PREEMPTED_MARKER_VARIABLE = "KSCALE_PREEMPTED_MARKER"
+PREEMPTED_EXIT_STATUS = 143
+
 #: Prefixes of the variables that tell a process its place in a job, for every launcher kscale knows: a
 #: worker must not inherit them from a surrounding job (kscale run's tf and jax engines drop them).
 LAUNCHER_VARIABLE_PREFIXES = (
@@ -90,6 +95,13 @@ class Environment:
     #: CUDA_VISIBLE_DEVICES, if set: the GPUs (indices or UUIDs) this process and its workers may use; ""
     #: hides them all.
     cuda_visible_devices: str | None = None
+    #: KSCALE_PREEMPTION_FILE, if set: a path whose existence is a preemption notice, for schedulers that
+    #: announce one otherwise than by SIGTERM (kscale/preemption.py).
+    preemption_file: str | None = None
+    #: KSCALE_PREEMPTED_MARKER, set by `kscale run` for its workers: a worker that stopped for a preemption
+    #: notice creates this file, and kscale run then exits with status 143 whatever the engine's launcher
+    #: reports (horovodrun and torchrun exit 1 when a worker fails).
+    preempted_marker: str | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -482,6 +494,8 @@ def detect(env: Mapping[str, str] | None = None) -> Environment:
         cache_home=env.get("XDG_CACHE_HOME") or None,
         torch_master=f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if env.get("MASTER_ADDR") else None,
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        preemption_file=env.get("KSCALE_PREEMPTION_FILE") or None,
+        preempted_marker=env.get(PREEMPTED_MARKER_VARIABLE) or None,
     )
 
 

@@ -78,6 +78,13 @@ def run_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     else:
         parser = argparse.ArgumentParser("kscale run", allow_abbrev=False, **kwargs)
     add_launch_arguments(parser)
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="start the job again, up to N times, when a worker fails or the workers stop for a preemption "
+        "notice; the script's BackupAndRestore resumes it from its last backup (default 0, as torchrun's)",
+    )
     parser.set_defaults(func=run_command, launcher_args=[])
     return parser
 
@@ -97,7 +104,13 @@ def run_command(args: argparse.Namespace, build: BuildInfo | None = None) -> int
     try:
         options, command = split_command(args.launcher_args)
         return launcher.launch(
-            options, command, engine=args.engine, nodes=args, preflight=not args.no_preflight, build=build
+            options,
+            command,
+            engine=args.engine,
+            nodes=args,
+            preflight=not args.no_preflight,
+            build=build,
+            max_restarts=getattr(args, "max_restarts", 0),  # kscale test launches once
         )
     except KScaleError as err:  # LaunchError, MissingDependencyError: the message says the fix
         print(f"kscale run: error: {err}", file=sys.stderr)

@@ -1,8 +1,19 @@
-"""How a worker ended, in words: the same sentence from every launcher."""
+"""How a worker ended, in words: the same sentence from every launcher; and the job's status when its
+workers stopped for a preemption notice (kscale/preemption.py), whichever engine launched them."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+
+from kscale import environment
+
+#: What `kscale run` exits with when its workers stopped for a preemption notice (128 + SIGTERM).
+PREEMPTED = environment.PREEMPTED_EXIT_STATUS
 
 
 def describe_exit(code: int) -> str:
@@ -25,3 +36,40 @@ def describe_status(code: int) -> str:
         except ValueError:
             pass
     return describe_exit(code)
+
+
+#: The signals this process was sent while its workers ran (SIGINT, SIGTERM), as the launchers' handlers
+#: record them: a job its launcher was told to stop is not restarted (`kscale run --max-restarts`).
+signals_received: list[int] = []
+
+
+@contextlib.contextmanager
+def preemption_marker() -> Iterator[str]:
+    """While the workers run: the file a worker creates when it stops for a preemption notice, named in
+    their environment (environment.PREEMPTED_MARKER_VARIABLE; every engine passes this process's
+    environment on)."""
+    with tempfile.TemporaryDirectory(prefix="kscale-run-") as folder:
+        marker = os.path.join(folder, "preempted")
+        before = os.environ.get(environment.PREEMPTED_MARKER_VARIABLE)
+        os.environ[environment.PREEMPTED_MARKER_VARIABLE] = marker
+        try:
+            yield marker
+        finally:
+            if before is None:
+                os.environ.pop(environment.PREEMPTED_MARKER_VARIABLE, None)
+            else:
+                os.environ[environment.PREEMPTED_MARKER_VARIABLE] = before
+
+
+def job_status(code: int, marker: str) -> int:
+    """The launch's status, or 143 where a worker of this host stopped for a preemption notice (horovodrun
+    and torchrun exit 1 when a worker fails, whatever its status)."""
+    if code == 0 or not os.path.exists(marker):
+        return code
+    print(
+        f"kscale run: the workers stopped for a preemption notice, after their backup (exit status "
+        f"{PREEMPTED}); run the same command again to resume from it.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return PREEMPTED

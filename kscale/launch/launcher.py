@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import os
 import re
@@ -64,19 +65,27 @@ def run(
     heartbeat_timeout: float = 30.0,
     preflight: bool = True,
     horovod_options: Sequence[str] = (),
+    max_restarts: int = 0,
 ) -> int:
     """Launch `command` (e.g. ["python", "train.py"]) on every worker and wait; the job's exit status.
 
     `num_proc` workers on `hosts` ("host:slots,...", Horovod's form; default this host), or this node's
     `nproc_per_node` workers of a per-node launch (`nnodes`, `node_rank`, `master`). `engine`: horovod,
     tf or jax (default: what the installed stack runs with several processes). `horovod_options`:
-    horovodrun's own, e.g. ["--fusion-threshold-mb", "32"]. Raises a KScaleError when the launch cannot
-    work (the message says the fix); a worker's failure is the returned status.
+    horovodrun's own, e.g. ["--fusion-threshold-mb", "32"]. `max_restarts`: start the job again, up to that
+    many times, when it fails or stops for a preemption notice (the script's BackupAndRestore resumes it).
+    Raises a KScaleError when the launch cannot work (the message says the fix); a worker's failure is the
+    returned status.
     """
     options = [*(["-np", str(num_proc)] if num_proc is not None else []), *(["-H", hosts] if hosts else [])]
     nodes = PerNode(nnodes, node_rank, master, nproc_per_node, heartbeat_timeout)
     return launch(
-        [*options, *horovod_options], list(command), engine=engine, nodes=nodes, preflight=preflight
+        [*options, *horovod_options],
+        list(command),
+        engine=engine,
+        nodes=nodes,
+        preflight=preflight,
+        max_restarts=max_restarts,
     )
 
 
@@ -88,17 +97,46 @@ def launch(
     nodes: Any = PerNode(),
     preflight: bool = True,
     build: BuildInfo | None = None,
+    max_restarts: int = 0,
 ) -> int:
     """`run`, with horovodrun-style option tokens (what `kscale run` passes on). `nodes`: a PerNode (or
     anything with its fields); `build` fakes the Horovod build in tests."""
+    if max_restarts < 0:
+        raise LaunchError(f"--max-restarts {max_restarts}: give 0 or more restarts.")
+    exits.signals_received.clear()
+    for restart in range(max_restarts + 1):
+        code = _launch_once(options, command, engine, nodes, preflight and restart == 0, build)
+        if code == 0 or exits.signals_received or restart == max_restarts:
+            return code
+        print(
+            f"kscale run: the job {exits.describe_status(code)}; starting it again (restart {restart + 1} of "
+            f"{max_restarts}): BackupAndRestore resumes from its last backup.",
+            file=sys.stderr,
+            flush=True,
+        )
+    return code
+
+
+def _launch_once(
+    options: list[str],
+    command: list[str],
+    engine: str | None,
+    nodes: Any,
+    preflight: bool,
+    build: BuildInfo | None,
+) -> int:
     spec = node_spec(nodes, os.environ)
     engine = engine or engines.default_engine()
-    if engine != "horovod":
-        return run_engine(engine, spec, options, command, not preflight)
-    with _legacy_keras_for_the_workers():
-        if spec is not None:
-            return run_pernode(spec, options, command, not preflight, build)
-        return _launch_horovod(options, command, preflight, build)
+    with exits.preemption_marker() as preempted:
+        if engine != "horovod":
+            code = run_engine(engine, spec, options, command, not preflight)
+        else:
+            with _legacy_keras_for_the_workers():
+                if spec is not None:
+                    code = run_pernode(spec, options, command, not preflight, build)
+                else:
+                    code = _launch_horovod(options, command, preflight, build)
+        return exits.job_status(code, preempted)
 
 
 @contextlib.contextmanager
@@ -471,14 +509,27 @@ def _run_torchrun(command: list[str], env: dict[str, str]) -> int:
     ]
     for thread in threads:
         thread.start()
+    # SIGTERM, a scheduler's preemption notice, passes on to torchrun, which passes it on to the workers.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, functools.partial(_pass_on_sigterm, process))
     try:
         code = process.wait()
     except KeyboardInterrupt:
+        exits.signals_received.append(signal.SIGINT)
         process.send_signal(signal.SIGINT)  # torchrun stops its workers itself
         code = process.wait()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     for thread in threads:
         thread.join()
     return code
+
+
+def _pass_on_sigterm(process: subprocess.Popen, signum: int, frame: Any) -> None:
+    exits.signals_received.append(signum)
+    process.send_signal(signal.SIGTERM)
 
 
 def _pass_through(source: Any, target: Any) -> None:

@@ -9,7 +9,10 @@ signal, the shell's convention), with a message that names the rank, the host an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import os
 import signal
 import socket
 import sys
@@ -18,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from kscale.launch import exits
 from kscale.launch.exits import describe_exit
 from kscale.launch.pernode import start_process, stop_processes
 
@@ -55,10 +59,8 @@ def run(command: Sequence[str], envs: Mapping[int, Mapping[str, str]], log: Any 
     interrupted: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {
-            sig: signal.signal(sig, lambda signum, _: interrupted.append(signum))
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
+        handler = functools.partial(_on_signal, workers, interrupted, [])
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         failed = _wait(workers, interrupted)
     finally:
@@ -84,6 +86,22 @@ def run(command: Sequence[str], envs: Mapping[int, Mapping[str, str]], log: Any 
         flush=True,
     )
     return code
+
+
+def _on_signal(
+    workers: list[Worker], interrupted: list[int], forwarded: list, signum: int, frame: Any
+) -> None:
+    """SIGINT, or a second SIGTERM: stop every worker now. A first SIGTERM is a scheduler's preemption
+    notice (Kubernetes sends it to the container's first process, this one): passed on to every worker,
+    which stop together after their next backup (kscale/preemption.py) or end as SIGTERM ends them."""
+    exits.signals_received.append(signum)
+    if signum == signal.SIGTERM and not forwarded:
+        forwarded.append(signum)
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.process.pid, signal.SIGTERM)
+        return
+    interrupted.append(signum)
 
 
 def _wait(workers: list[Worker], interrupted: list[int]) -> Worker | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,11 +29,11 @@ LR = 0.02  # the worker's rate per replica
 TOLERANCE = 1e-5
 
 
-def _launch(processes: int, *args: str) -> subprocess.CompletedProcess:
+def _launch(processes: int, *args: str, restarts: int = 0) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
     command = [sys.executable, WORKER, *args]
     if processes > 1:
-        command = [KSCALE, "run", "-np", str(processes), "--", *command]
+        command = [KSCALE, "run", "-np", str(processes), "--max-restarts", str(restarts), "--", *command]
     return subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -61,12 +63,12 @@ def uninterrupted(tmp_path_factory) -> dict:
     return json.loads((workdir / "result.0.json").read_text())
 
 
-def _assert_restored_the_chiefs_backup(results: list[dict], workdir: Path) -> None:
+def _assert_restored_the_chiefs_backup(results: list[dict], workdir: Path, resumed: tuple = (2, 3)) -> None:
     backed_up = json.loads((workdir / "backed_up.0.json").read_text())
     for rank, result in enumerate(results):
         for part in ("weights", "optimizer"):
             assert _max_diff(result["restored"][part], backed_up[part]) == 0.0, f"rank {rank}: {part}"
-        assert result["epochs"] == [2, 3], f"rank {rank} ran epochs {result['epochs']}"
+        assert result["epochs"] == list(resumed), f"rank {rank} ran epochs {result['epochs']}"
         assert _max_diff(result["final"], results[0]["final"]) == 0.0, f"rank {rank} differs from rank 0"
     assert not (workdir / "backup").exists()  # deleted when training ended
 
@@ -82,6 +84,67 @@ def test_two_processes_resume_like_one_uninterrupted_process(uninterrupted, tmp_
         assert result["written_rate"] == pytest.approx(LR)  # what the optimizer holds, and files
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, f"rank {rank}"
     assert uninterrupted["epochs"] == [0, 1, 2, 3]
+
+
+def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_never_stopped(
+    uninterrupted, tmp_path
+):
+    """SIGTERM to the last process at a random step of epochs 0-1 (8 steps each): both stop after that epoch's
+    backup with status 143 (kscale/preemption.py), and `kscale run --max-restarts 2` starts the job again;
+    it resumes at the next epoch, where SIGKILL to the last process at a random later step loses only the
+    epoch under way: started again, the job resumes at that epoch's start and ends as one uninterrupted
+    process does."""
+    rng = random.Random()
+    notice = rng.randint(1, 16)
+    resumed_at = ((notice - 1) // 8 + 1) * 8  # the step count the first backup holds
+    kill = rng.randint(resumed_at + 1, 32)
+    steps = ("--notice-at-step", str(notice), "--kill-at-step", str(kill))
+    done = _launch(2, "kscale", str(tmp_path), *steps, restarts=2)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, (notice, kill, output[-3000:])
+    assert f"stopped after epoch {resumed_at // 8} of 4" in output and "Preempted" not in output, output[
+        -3000:
+    ]
+    assert "the workers stopped for a preemption notice" in output and "restart 1 of 2" in output
+    assert f"killing itself after step {kill}" in output and "restart 2 of 2" in output, output[-3000:]
+    for rank in range(2):
+        result = json.loads((tmp_path / f"result.{rank}.json").read_text())
+        assert result["epochs"] == list(range((kill - 1) // 8, 4)), (rank, notice, kill, result["epochs"])
+        assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice, kill)
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice, kill)
+
+
+def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(uninterrupted, tmp_path):
+    """Kubernetes sends SIGTERM to the container's first process, `kscale run`: it passes the notice on to
+    every worker, which stop after the epoch's backup; kscale run exits 143; run again, the job resumes."""
+    step = random.Random().randint(2, 24)  # after step 1 every process listens (its fit has begun)
+    stopped_after = (step - 1) // 8
+    env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
+    command = [KSCALE, "run", "-np", "2", "--", sys.executable, WORKER, "kscale", tmp_path]
+    command += ["--await-notice-at-step", str(step)]
+    job = subprocess.Popen(
+        [str(c) for c in command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
+    try:
+        for line in job.stdout:
+            lines.append(line)
+            if f"awaiting a notice after step {step}" in line:
+                job.send_signal(signal.SIGTERM)
+                break
+        lines.extend(job.stdout)
+        code = job.wait(timeout=240)
+    finally:
+        job.kill()
+    output = "".join(lines)
+    assert code == 143, (step, output[-3000:])
+    assert f"stopped after epoch {stopped_after + 1} of 4" in output and "Preempted" not in output, output[
+        -3000:
+    ]
+    results = _resumed(2, tmp_path)
+    _assert_restored_the_chiefs_backup(results, tmp_path, tuple(range(stopped_after + 1, 4)))
+    for rank, result in enumerate(results):
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, step)
 
 
 def test_a_backup_of_one_process_resumes_on_two_at_their_rate(tmp_path):

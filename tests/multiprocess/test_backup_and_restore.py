@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def _max_diff(a: list, b: list) -> float:
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
 
 
-def _assert_resumed(workdir, ranks: int, uninterrupted: dict) -> None:
+def _assert_resumed(workdir, ranks: int, uninterrupted: dict, resumed_epochs: tuple = (2, 3)) -> None:
     results = [_result(workdir, rank) for rank in range(ranks)]
     with open(os.path.join(workdir, "backed_up.0.json")) as f:
         backed_up = json.load(f)  # the chief's weights and optimizer state when its backup was written
@@ -42,7 +43,7 @@ def _assert_resumed(workdir, ranks: int, uninterrupted: dict) -> None:
         # Every rank resumed from exactly what the killed chief backed up: its weights and step count.
         for part in ("weights", "optimizer"):
             assert _max_diff(result["restored"][part], backed_up[part]) == 0.0, f"rank {rank}: {part}"
-        assert result["epochs"] == [2, 3], f"rank {rank} ran epochs {result['epochs']}"
+        assert result["epochs"] == list(resumed_epochs), f"rank {rank} ran epochs {result['epochs']}"
         # 64 samples at global batch 8: 8 steps an epoch; 16 came back with the backup, 16 were run.
         assert result["iterations"] == uninterrupted["iterations"] == 32, f"rank {rank}"
         assert _max_diff(result["final"], results[0]["final"]) == 0.0, f"rank {rank} differs from rank 0"
@@ -88,3 +89,58 @@ def test_two_tf_config_workers(tf_config_workers, uninterrupted, tmp_path):
     _assert_killed([k.returncode for k in killed], "".join(k.stdout for k in killed))
     tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
     _assert_resumed(tmp_path, 2, uninterrupted)
+
+
+# A preemption notice (SIGTERM) to one rank at a random step of a random epoch: every rank stops after that
+# epoch's backup with exit status 143 (kscale/preemption.py), and the job run again resumes at the next epoch
+# as if never stopped. 64 samples at global batch 8: 8 steps an epoch, 4 epochs; the last epoch's notice
+# comes when training ends anyway, so the notice falls in epochs 0-2.
+STEPS_PER_EPOCH, PREEMPTED = 8, 143
+
+
+def _notice_step() -> tuple[int, tuple]:
+    step = random.Random().randint(1, 3 * STEPS_PER_EPOCH)
+    stopped_after = (step - 1) // STEPS_PER_EPOCH  # the epoch under way when the notice came
+    return step, tuple(range(stopped_after + 1, 4))
+
+
+def _output(done) -> str:
+    return (done.stdout or "") + (done.stderr or "")
+
+
+def _assert_preempted(codes: list[int], output: str, step: int) -> None:
+    assert f"preemption notice after step {step}" in output, output[-3000:]
+    assert PREEMPTED in codes and all(code in (PREEMPTED, 0) or code > 128 for code in codes), (codes, step)
+    assert "Traceback" not in output, output[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_single_process_notice(run_python, uninterrupted, tmp_path):
+    step, resumed = _notice_step()
+    stopped = run_python([WORKER, "single", str(tmp_path), "--notice-at-step", str(step)], check=False)
+    _assert_preempted([stopped.returncode], _output(stopped), step)
+    run_python([WORKER, "single", str(tmp_path)])
+    _assert_resumed(tmp_path, 1, uninterrupted, resumed)
+
+
+@pytest.mark.timeout(300)
+def test_two_horovod_workers_notice_to_one(horovodrun, uninterrupted, tmp_path):
+    step, resumed = _notice_step()
+    stopped = horovodrun(2, [WORKER, "horovod", str(tmp_path), "--notice-at-step", str(step)], check=False)
+    # horovodrun exits 1 when a worker fails, and names the worker's own status.
+    assert stopped.returncode == 1 and f"Exit code: {PREEMPTED}" in _output(stopped), _output(stopped)[-3000:]
+    workers = "".join(line for line in _output(stopped).splitlines(True) if line.startswith("["))
+    _assert_preempted([PREEMPTED], workers, step)
+    horovodrun(2, [WORKER, "horovod", str(tmp_path)])
+    _assert_resumed(tmp_path, 2, uninterrupted, resumed)
+
+
+@pytest.mark.timeout(300)
+def test_two_tf_config_workers_notice_to_one(tf_config_workers, uninterrupted, tmp_path):
+    step, resumed = _notice_step()
+    stopped = tf_config_workers(
+        2, [WORKER, "multi_worker", str(tmp_path), "--notice-at-step", str(step)], check=False
+    )
+    _assert_preempted([k.returncode for k in stopped], "".join(_output(k) for k in stopped), step)
+    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
+    _assert_resumed(tmp_path, 2, uninterrupted, resumed)

@@ -7,17 +7,28 @@ resume.py MODE WORKDIR [--crash-after-epochs K] [--backup-dir DIR]
                   under `kscale run -np N`)
 With --crash-after-epochs K every process exits with status 3 right after epoch K's backup (a lone
 survivor would wait forever in the next collective): a killed job.
+With --notice-at-step S the last process sends itself SIGTERM, a preemption notice, after its step S
+(counted from 1 over all epochs); every process writes what it backed up at each epoch's end.
+With --await-notice-at-step S every process waits after its step S until it has a notice (the test sends
+SIGTERM to `kscale run`, which passes it on).
+With --kill-at-step S the last process kills itself with SIGKILL after its step S, once (WORKDIR/killed
+says it did): a loss without notice.
 """
 
 import argparse
 import json
 import os
+import signal
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("mode", choices=["reference", "kscale"])
 parser.add_argument("workdir")
 parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
+parser.add_argument("--notice-at-step", type=int, default=0)
+parser.add_argument("--await-notice-at-step", type=int, default=0)
+parser.add_argument("--kill-at-step", type=int, default=0)
 args = parser.parse_args()
 
 import keras  # noqa: E402  (after kscale: it joins the job before the framework starts)
@@ -70,8 +81,28 @@ class Epochs(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.restored = state(self.model)
 
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(np.asarray(self.model.optimizer.iterations))
+        if args.notice_at_step and step == args.notice_at_step and rank == kscale.size() - 1:
+            print(f"rank {rank}: preemption notice after step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        killed, last = os.path.join(args.workdir, "killed"), rank == kscale.size() - 1
+        if args.kill_at_step and step == args.kill_at_step and last and not os.path.exists(killed):
+            open(killed, "w").close()
+            print(f"rank {rank}: killing itself after step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if args.await_notice_at_step and step == args.await_notice_at_step:
+            print(f"rank {rank}: awaiting a notice after step {step}", flush=True)
+            notice = signal.getsignal(signal.SIGTERM).__self__  # kscale's, listening while fit runs
+            deadline = time.monotonic() + 120
+            while not notice.received() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
+        if args.notice_at_step or args.await_notice_at_step:
+            with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
+                json.dump(state(self.model), f)
         if args.crash_after_epochs and epoch + 1 == args.crash_after_epochs:
             with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
                 json.dump(state(self.model), f)

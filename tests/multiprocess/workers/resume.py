@@ -8,16 +8,22 @@ resume.py MODE WORKDIR [--crash-after-epochs K]
   MODE multi_worker  kscale, 2 TF_CONFIG workers, batch b, lr η
 With --crash-after-epochs K the chief (every worker under multi_worker, where a lone survivor would wait
 forever in the next collective) exits with status 3 right after epoch K's backup: a killed job.
+With --notice-at-step S rank --notice-rank (default 1; 0 in one process) sends itself SIGTERM, a preemption
+notice, after its step S (counted from 1 over all epochs); every rank writes what it backed up at each
+epoch's end.
 """
 
 import argparse
 import json
 import os
+import signal
 
 parser = argparse.ArgumentParser()
 parser.add_argument("mode")
 parser.add_argument("workdir")
 parser.add_argument("--crash-after-epochs", type=int, default=0)
+parser.add_argument("--notice-at-step", type=int, default=0)
+parser.add_argument("--notice-rank", type=int, default=1)
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -70,8 +76,18 @@ class Epochs(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.restored = state(self.model)
 
+    def on_train_batch_end(self, batch, logs=None):
+        notified = args.notice_rank if args.mode not in ("reference", "single", "mirrored") else 0
+        step = int(self.model.optimizer.iterations.numpy())
+        if args.notice_at_step and step == args.notice_at_step and rank == notified:
+            print(f"rank {rank}: preemption notice after step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
+        if args.notice_at_step:
+            with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
+                json.dump(state(self.model), f)
         crashes = rank == 0 or args.mode == "multi_worker"
         if args.crash_after_epochs and epoch + 1 == args.crash_after_epochs and crashes:
             with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
