@@ -166,7 +166,7 @@ def _fit_in_this_world(
         *backend.model_notes(self),
         *feed.notes,
         *plan_notes.notes(backend, self, metrics),
-        *preemption.notes(preemption_stop),
+        *preemption.notes(preemption_stop, bool(shuffle) and is_array_data(x)),
     )
     model_state.set_plan(
         self,

@@ -115,3 +115,11 @@ def test_the_plan_says_a_backup_inside_an_epoch_does_not_resume_exactly(single_p
         == 1
     )
     assert preemption.stop_for([], tf.keras.callbacks, lambda v: v[None], True) is None
+
+
+def test_the_plan_says_a_resumed_job_shuffles_as_a_new_run(single_process):
+    stop = preemption.stop_for(
+        [tf.keras.callbacks.BackupAndRestore("/tmp/unused")], tf.keras.callbacks, lambda v: v[None], True
+    )
+    assert len(preemption.notes(stop, shuffled=False)) == 1
+    assert "shuffles the epochs left as a new run" in preemption.notes(stop, shuffled=True)[1]

@@ -29,6 +29,7 @@ parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--await-notice-at-step", type=int, default=0)
 parser.add_argument("--kill-at-step", type=int, default=0)
+parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 args = parser.parse_args()
 
 import keras  # noqa: E402  (after kscale: it joins the job before the framework starts)
@@ -117,7 +118,7 @@ model.fit(
     y,
     batch_size=BATCH * (2 if reference else 1),
     epochs=EPOCHS,
-    shuffle=False,
+    shuffle=args.shuffle,
     verbose=0,
     callbacks=[backup, epochs],
 )
