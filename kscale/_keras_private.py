@@ -202,35 +202,6 @@ def backup_files(backup: Any) -> tuple[str, ...]:
     return tuple(getattr(backup, name) for name in names)
 
 
-def backup_epoch(backup: Any) -> int:
-    """The epoch Keras 3's BackupAndRestore will resume at (0 without a backup): the "epoch" of the training
-    metadata it wrote, which its `on_train_begin` reads into the model's private `_initial_epoch`. kscale
-    needs it before fit begins, to give the epochs left the orders an uninterrupted run gives them."""
-    import json
-
-    from kscale import checkpoint_io
-
-    metadata = backup_files(backup)[1]
-    if not checkpoint_io.exists(metadata):
-        return 0
-    return int(json.loads(checkpoint_io.read_text(metadata))["epoch"])
-
-
-def tf_keras_backup_epoch(backup: Any) -> int:
-    """The epoch tf.keras' BackupAndRestore (save_freq="epoch") will resume at (0 without a backup): one past
-    the `ckpt_saved_epoch` of the checkpoint its WorkerTrainingState keeps in `backup_dir/chief`, as
-    `maybe_load_initial_counters_from_ckpt` infers it inside fit. Read before fit for the same reason as
-    `backup_epoch`."""
-    import os
-
-    import tensorflow as tf
-
-    latest = tf.train.latest_checkpoint(os.path.join(backup.backup_dir, "chief"))
-    if latest is None:
-        return 0
-    return int(tf.train.load_variable(latest, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE")) + 1
-
-
 def clone_uncompiled(keras: Any, model: Any) -> Any:
     """Keras 3's `clone_model` of a compiled model, nested models included, left uncompiled.
 

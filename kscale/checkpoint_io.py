@@ -33,7 +33,6 @@ class _LocalFiles:
     """The part of tf.io.gfile kscale uses, for local paths in a process without TensorFlow (Keras 3 on JAX)."""
 
     exists = staticmethod(os.path.exists)
-    GFile = staticmethod(open)
     isdir = staticmethod(os.path.isdir)
     listdir = staticmethod(os.listdir)
     rmtree = staticmethod(shutil.rmtree)
@@ -68,12 +67,6 @@ def _gfile(path: str = "") -> Any:
 def exists(path: str) -> bool:
     """Whether `path` exists, on any file system Keras writes to (tf.io.gfile's where TensorFlow is)."""
     return bool(_gfile(path).exists(path))
-
-
-def read_text(path: str) -> str:
-    """The text of the file at `path`, on any file system Keras writes to."""
-    with _gfile(path).GFile(path, "r") as f:
-        return f.read()
 
 
 def split(filepath: str) -> tuple[str, str]:

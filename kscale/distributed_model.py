@@ -147,11 +147,6 @@ def _fit_in_this_world(
     asked = data_plan.request(backend, opts, per_replica, shuffle, user_steps, "training data")
     asked = dataclasses.replace(asked, epochs=max(1, a.get("epochs", 1) - a.get("initial_epoch", 0)))
     orders, after_orders = data_plan.epoch_orders(self, backend, asked, shuffle, (x, y, sample_weight))
-    keras, callbacks_asked = backend.family.keras_module(), list(a.get("callbacks") or [])
-    resumed_epoch, initial = backend.family.resumed_epoch, a.get("initial_epoch", 0)
-    orders = preemption.orders_left(
-        orders, callbacks_asked, keras.callbacks, resumed_epoch, initial, backend.broadcast
-    )
     asked = dataclasses.replace(asked, orders=orders)
     feed = data_plan.fed(backend, asked, x, y, sample_weight)
     a.update(x=feed.x, y=feed.y, sample_weight=feed.sample_weight, steps_per_epoch=feed.steps)
@@ -160,7 +155,10 @@ def _fit_in_this_world(
         a["shuffle"] = feed.shuffle
     if a.get("validation_data") is not None:
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
-    preemption_stop = preemption.stop_for(callbacks_asked, keras.callbacks, backend.gather, backend.is_chief)
+    keras = backend.family.keras_module()
+    preemption_stop = preemption.stop_for(
+        list(a.get("callbacks") or []), keras.callbacks, backend.gather, backend.is_chief
+    )
     metrics = metric_states.metric_objects(self, keras.metrics.Metric)
     step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)
     notes = (
@@ -168,7 +166,7 @@ def _fit_in_this_world(
         *backend.model_notes(self),
         *feed.notes,
         *plan_notes.notes(backend, self, metrics),
-        *preemption.notes(preemption_stop, bool(shuffle) and is_array_data(x) and orders is None),
+        *preemption.notes(preemption_stop, bool(shuffle) and is_array_data(x)),
     )
     model_state.set_plan(
         self,

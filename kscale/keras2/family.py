@@ -165,9 +165,3 @@ class Keras2Family:
     def backup_to_share(self) -> type | None:
         """Nothing: tf.keras' BackupAndRestore runs on every worker as its backend runs it."""
         return None
-
-    def resumed_epoch(self, backup: Any) -> int:
-        """The epoch `backup` (a BackupAndRestore) resumes fit at, before fit begins (0: none to resume)."""
-        if backup.save_freq != "epoch":  # resumes inside an epoch (the plan says how)
-            return 0
-        return _keras_private.tf_keras_backup_epoch(backup)

@@ -214,10 +214,6 @@ class Keras3Family:
         (kscale.callbacks.shared_backup)."""
         return keras.callbacks.BackupAndRestore
 
-    def resumed_epoch(self, backup: Any) -> int:
-        """The epoch `backup` (a BackupAndRestore) resumes fit at, before fit begins (0: none to resume)."""
-        return _keras_private.backup_epoch(backup)
-
 
 def _accumulation_steps(optimizer: Any) -> int:
     """The steps `optimizer` (or the one a LossScaleOptimizer holds) accumulates gradients over; 1 for none."""

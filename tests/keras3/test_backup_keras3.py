@@ -63,15 +63,6 @@ def uninterrupted(tmp_path_factory) -> dict:
     return json.loads((workdir / "result.0.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_shuffled(tmp_path_factory) -> dict:
-    """One process of plain Keras with fit's shuffle, never stopped."""
-    workdir = tmp_path_factory.mktemp("uninterrupted_shuffled")
-    done = _launch(1, "reference", str(workdir), "--shuffle")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads((workdir / "result.0.json").read_text())
-
-
 def _assert_restored_the_chiefs_backup(results: list[dict], workdir: Path, resumed: tuple = (2, 3)) -> None:
     backed_up = json.loads((workdir / "backed_up.0.json").read_text())
     for rank, result in enumerate(results):
@@ -96,19 +87,18 @@ def test_two_processes_resume_like_one_uninterrupted_process(uninterrupted, tmp_
 
 
 def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_never_stopped(
-    uninterrupted_shuffled, tmp_path
+    uninterrupted, tmp_path
 ):
     """SIGTERM to the last process at a random step of epochs 0-1 (8 steps each): both stop after that epoch's
     backup with status 143 (kscale/preemption.py), and `kscale run --max-restarts 2` starts the job again;
     it resumes at the next epoch, where SIGKILL to the last process at a random later step loses only the
     epoch under way: started again, the job resumes at that epoch's start and ends as one uninterrupted
-    process does, with fit's shuffle: each epoch left is given the order the uninterrupted run gave it."""
-    uninterrupted = uninterrupted_shuffled
+    process does."""
     rng = random.Random()
     notice = rng.randint(1, 16)
     resumed_at = ((notice - 1) // 8 + 1) * 8  # the step count the first backup holds
     kill = rng.randint(resumed_at + 1, 32)
-    steps = ("--notice-at-step", str(notice), "--kill-at-step", str(kill), "--shuffle")
+    steps = ("--notice-at-step", str(notice), "--kill-at-step", str(kill))
     done = _launch(2, "kscale", str(tmp_path), *steps, restarts=2)
     output = done.stdout + done.stderr
     assert done.returncode == 0, (notice, kill, output[-3000:])

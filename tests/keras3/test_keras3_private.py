@@ -465,26 +465,3 @@ def test_the_losses_a_layer_adds_are_each_threads_own():
     for thread in threads:
         thread.join(60)
     assert seen == {1.0: [1.0], 2.0: [2.0]}
-
-
-def test_backup_epoch_is_the_epoch_keras_backup_resumes_at(tmp_path):
-    """kscale reads the epoch before fit; Keras' own restore must resume at the same one."""
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    assert _keras_private.backup_epoch(backup) == 0  # nothing backed up yet
-
-    class StopAfterEpoch1(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if epoch == 1:
-                raise RuntimeError("stopped")
-
-    x, y = np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32)
-    with pytest.raises(RuntimeError):
-        model.fit(x, y, epochs=4, verbose=0, callbacks=[backup, StopAfterEpoch1()])
-    assert _keras_private.backup_epoch(backup) == 2
-    ran = []
-    resumed = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    on_begin = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: ran.append(epoch))
-    model.fit(x, y, epochs=4, verbose=0, callbacks=[resumed, on_begin])
-    assert ran == [2, 3]

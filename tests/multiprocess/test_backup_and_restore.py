@@ -26,14 +26,6 @@ def uninterrupted(run_python, tmp_path_factory) -> dict:
     return _result(workdir, 0)
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_shuffled(run_python, tmp_path_factory) -> dict:
-    """Plain Keras, one process, fit's shuffle, never stopped."""
-    workdir = tmp_path_factory.mktemp("uninterrupted_shuffled")
-    run_python([WORKER, "reference", str(workdir), "--shuffle"], timeout=180)
-    return _result(workdir, 0)
-
-
 def _result(workdir, rank: int) -> dict:
     with open(os.path.join(workdir, f"result.{rank}.json")) as f:
         return json.load(f)
@@ -132,26 +124,23 @@ def test_single_process_notice(run_python, uninterrupted, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_two_horovod_workers_notice_to_one(horovodrun, uninterrupted_shuffled, tmp_path):
-    """With fit's shuffle: the epochs left are given the orders the uninterrupted run gave them."""
+def test_two_horovod_workers_notice_to_one(horovodrun, uninterrupted, tmp_path):
     step, resumed = _notice_step()
-    stopped = horovodrun(
-        2, [WORKER, "horovod", str(tmp_path), "--shuffle", "--notice-at-step", str(step)], check=False
-    )
+    stopped = horovodrun(2, [WORKER, "horovod", str(tmp_path), "--notice-at-step", str(step)], check=False)
     # horovodrun exits 1 when a worker fails, and names the worker's own status.
     assert stopped.returncode == 1 and f"Exit code: {PREEMPTED}" in _output(stopped), _output(stopped)[-3000:]
     workers = "".join(line for line in _output(stopped).splitlines(True) if line.startswith("["))
     _assert_preempted([PREEMPTED], workers, step)
-    horovodrun(2, [WORKER, "horovod", str(tmp_path), "--shuffle"])
-    _assert_resumed(tmp_path, 2, uninterrupted_shuffled, resumed)
+    horovodrun(2, [WORKER, "horovod", str(tmp_path)])
+    _assert_resumed(tmp_path, 2, uninterrupted, resumed)
 
 
 @pytest.mark.timeout(300)
-def test_two_tf_config_workers_notice_to_one(tf_config_workers, uninterrupted_shuffled, tmp_path):
+def test_two_tf_config_workers_notice_to_one(tf_config_workers, uninterrupted, tmp_path):
     step, resumed = _notice_step()
     stopped = tf_config_workers(
-        2, [WORKER, "multi_worker", str(tmp_path), "--shuffle", "--notice-at-step", str(step)], check=False
+        2, [WORKER, "multi_worker", str(tmp_path), "--notice-at-step", str(step)], check=False
     )
     _assert_preempted([k.returncode for k in stopped], "".join(_output(k) for k in stopped), step)
-    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path), "--shuffle"])
-    _assert_resumed(tmp_path, 2, uninterrupted_shuffled, resumed)
+    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
+    _assert_resumed(tmp_path, 2, uninterrupted, resumed)

@@ -6,7 +6,6 @@ instead of distribute() failing somewhere inside a user's training run.
 
 from __future__ import annotations
 
-import pytest
 import tensorflow as tf
 
 from kscale import _keras_private
@@ -345,34 +344,3 @@ def test_batch_orders_are_the_orders_fit_takes_a_sequences_batches_in():
     model.fit(Batches(), epochs=3, verbose=0)
     random.seed(5)
     assert _keras_private.batch_orders(tf.keras, 10, 3).tolist() == np.reshape(seen, (3, 10)).tolist()
-
-
-def test_tf_keras_backup_epoch_is_the_epoch_its_backup_resumes_at(tmp_path):
-    """kscale reads the epoch before fit; tf.keras' own restore must resume at the same one."""
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
-    model.compile("sgd", "mse")
-    backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path))
-    assert _keras_private.tf_keras_backup_epoch(backup) == 0  # nothing backed up yet
-
-    class StopAfterEpoch1(tf.keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if epoch == 1:
-                raise RuntimeError("stopped")
-
-    x, y = tf.zeros((4, 2)), tf.zeros((4, 1))
-    with pytest.raises(RuntimeError):
-        model.fit(x, y, epochs=4, verbose=0, callbacks=[backup, StopAfterEpoch1()])
-    assert _keras_private.tf_keras_backup_epoch(backup) == 2
-    ran = []
-    resumed = tf.keras.callbacks.BackupAndRestore(str(tmp_path))
-    model.fit(
-        x,
-        y,
-        epochs=4,
-        verbose=0,
-        callbacks=[
-            resumed,
-            tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: ran.append(epoch)),
-        ],
-    )
-    assert ran == [2, 3]

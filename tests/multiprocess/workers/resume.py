@@ -24,7 +24,6 @@ parser.add_argument("workdir")
 parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--notice-rank", type=int, default=1)
-parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -104,7 +103,7 @@ model.fit(
     y,
     batch_size=BATCH * (2 if one_process else 1),
     epochs=EPOCHS,
-    shuffle=args.shuffle,
+    shuffle=False,
     verbose=0,
     callbacks=[backup, epochs],
 )
