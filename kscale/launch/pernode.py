@@ -217,12 +217,17 @@ def start_process(command: Sequence[str], env: Mapping[str, str]) -> subprocess.
     )
 
 
+def signal_groups(processes: Sequence[subprocess.Popen], signum: int) -> None:
+    """Send `signum` to each worker's process group (each runs in a session of its own), gone ones apart."""
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+
+
 def stop_processes(processes: Sequence[subprocess.Popen], grace_s: float = 5.0) -> None:
     """SIGTERM each worker's process group, then SIGKILL what is left after `grace_s` (as safe_shell_exec)."""
     running = [p for p in processes if p.poll() is None]
-    for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+    signal_groups(running, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for process in running:
         try:

@@ -9,10 +9,8 @@ signal, the shell's convention), with a message that names the rank, the host an
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import os
 import signal
 import socket
 import sys
@@ -23,7 +21,7 @@ from typing import IO, Any
 
 from kscale.launch import exits
 from kscale.launch.exits import describe_exit
-from kscale.launch.pernode import start_process, stop_processes
+from kscale.launch.pernode import signal_groups, start_process, stop_processes
 
 POLL_S = 0.1
 
@@ -97,9 +95,7 @@ def _on_signal(
     exits.signals_received.append(signum)
     if signum == signal.SIGTERM and not forwarded:
         forwarded.append(signum)
-        for worker in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.process.pid, signal.SIGTERM)
+        signal_groups([worker.process for worker in workers], signal.SIGTERM)
         return
     interrupted.append(signum)
 

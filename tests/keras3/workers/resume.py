@@ -83,11 +83,11 @@ class Epochs(keras.callbacks.Callback):
         self.restored = state(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(np.asarray(self.model.optimizer.iterations))
-        if args.notice_at_step and step == args.notice_at_step and rank == kscale.size() - 1:
+        step, last = int(np.asarray(self.model.optimizer.iterations)), rank == kscale.size() - 1
+        if args.notice_at_step and step == args.notice_at_step and last:
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
-        killed, last = os.path.join(args.workdir, "killed"), rank == kscale.size() - 1
+        killed = os.path.join(args.workdir, "killed")
         if args.kill_at_step and step == args.kill_at_step and last and not os.path.exists(killed):
             open(killed, "w").close()
             print(f"rank {rank}: killing itself after step {step}", flush=True)
@@ -101,12 +101,11 @@ class Epochs(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
-        if args.notice_at_step or args.await_notice_at_step:
+        dying = args.crash_after_epochs and epoch + 1 == args.crash_after_epochs
+        if args.notice_at_step or args.await_notice_at_step or dying:
             with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
                 json.dump(state(self.model), f)
-        if args.crash_after_epochs and epoch + 1 == args.crash_after_epochs:
-            with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
-                json.dump(state(self.model), f)
+        if dying:
             print(f"rank {rank}: dying after epoch {epoch + 1}, as asked", flush=True)
             os._exit(3)
 

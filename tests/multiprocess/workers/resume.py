@@ -85,13 +85,12 @@ class Epochs(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
-        if args.notice_at_step:
-            with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
-                json.dump(state(self.model), f)
         crashes = rank == 0 or args.mode == "multi_worker"
-        if args.crash_after_epochs and epoch + 1 == args.crash_after_epochs and crashes:
+        dying = args.crash_after_epochs and epoch + 1 == args.crash_after_epochs and crashes
+        if args.notice_at_step or dying:
             with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
                 json.dump(state(self.model), f)
+        if dying:
             print(f"rank {rank}: dying after epoch {epoch + 1}, as asked", flush=True)
             os._exit(3)
 
