@@ -144,7 +144,27 @@ def _clone(model: tf.keras.Model) -> tf.keras.Model:
             f"{type(model).__name__}.from_config(model.get_config()) failed ({err}); fix get_config() so "
             "it returns the __init__ arguments, or " + BUILD_IT_IN_SCOPE + "."
         ) from err
+    _keep_synchronized(model, clone)
     return clone if type(clone) is type(model) else _as_class_of(model, clone)
+
+
+def _keep_synchronized(model: tf.keras.Model, clone: tf.keras.Model) -> None:
+    """tf.keras' BatchNormalization leaves `synchronized=True` out of its config, so clone_model makes a
+    layer that normalizes by each replica's slice alone (generated program g0565: a model built again
+    outside the strategy after a first fit). The setting, and the unfused kernel it implies, carried over
+    to the copy's layer of the same place and name."""
+    batch_norm = tf.keras.layers.BatchNormalization
+    originals = [layer for layer in model.submodules if isinstance(layer, batch_norm)]
+    copies = [layer for layer in clone.submodules if isinstance(layer, batch_norm)]
+    for original, copy in zip(originals, copies, strict=True):
+        if getattr(original, "synchronized", False):
+            if copy.name != original.name:
+                raise ModelError(
+                    f"cannot tell which layer of the copy of {model.name!r} is its synchronized "
+                    f"BatchNormalization {original.name!r}; " + BUILD_IT_IN_SCOPE + "."
+                )
+            copy.synchronized = True
+            copy.fused = False
 
 
 def _as_class_of(model: tf.keras.Model, clone: tf.keras.Model) -> tf.keras.Model:
