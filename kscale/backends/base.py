@@ -202,12 +202,12 @@ class Backend(abc.ABC):
         """The user's callbacks as this worker runs them: the same objects, or ones that forward to them.
         The chief's alone where they write; where saving is collective, the family's callbacks that save
         through collectives run everywhere; a backup the family's Keras keeps for one process only is
-        shared: every process restores, the chief writes."""
+        shared: every process restores, the chief writes, each backup whole."""
         collective = self.saves_are_collective and self.num_workers > 1
         everywhere = self.family.collectively_saving_callbacks() if collective else ()
         callbacks = for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
         shared = self.family.backup_to_share()
-        if self.num_workers == 1 or shared is None:
+        if shared is None:
             return callbacks
         from kscale.callbacks.shared_backup import SharedBackup
 

@@ -1,4 +1,4 @@
-"""Run Keras 3's BackupAndRestore in a job of several processes: every process restores, the chief writes."""
+"""Run Keras 3's BackupAndRestore in a job: every process restores, the chief writes, whole (backup_journal)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from kscale import _keras_private, checkpoint_io
+from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
 
 SCRATCH_PREFIX = "kscale-backup-"
@@ -50,7 +51,8 @@ class SharedBackup(keras.callbacks.Callback):
     which every process must see: a shared folder or a gs:// path) and writes on the chief alone. Every
     other process runs a copy that writes to a folder of its own, deleted at the end: its
     `model.save_weights` still takes part where saving is collective (JAX, tf.distribute), and kscale's
-    save keeps the chief's copy only.
+    save keeps the chief's copy only. The chief writes each backup whole (backup_journal), also in a job of
+    one process.
 
     `gather(values)`: every process's values, one row per process (the backend's); `barrier()`: the backend's.
     """
@@ -69,6 +71,9 @@ class SharedBackup(keras.callbacks.Callback):
         self._barrier = barrier
         self._scratch: str | None = None
         self._writer = backup
+        self._journaled = is_chief and backup_journal.journaled(backup)
+        if self._journaled:
+            self._writer = backup_journal.staged_writer(backup)
         if not is_chief:
             self._scratch = scratch_folder()
             # Also when fit ends on an error (Keras then skips on_train_end).
@@ -91,6 +96,9 @@ class SharedBackup(keras.callbacks.Callback):
         self._writer.set_params(params)
 
     def on_train_begin(self, logs: Any = None) -> None:
+        if self._journaled:
+            backup_journal.recover(self.backup.backup_dir)
+        self._barrier()  # the chief's recovery done before any process looks
         self._check_every_process_sees_the_backup()
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
 
@@ -99,9 +107,15 @@ class SharedBackup(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._writer.on_train_batch_end(batch, logs)
+        self._commit()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._writer.on_epoch_end(epoch, logs)
+        self._commit()
+
+    def _commit(self) -> None:
+        if self._journaled:
+            backup_journal.commit_if_staged(self.backup, self._writer)
 
     def on_train_end(self, logs: Any = None) -> None:
         # The chief deletes the backup (delete_checkpoint) before any process leaves fit.

@@ -114,6 +114,23 @@ def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_ne
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice, kill)
 
 
+def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninterrupted, tmp_path):
+    """SIGKILL to the chief after the second epoch's backup weights are written and before its epoch file
+    is: Keras 3 alone would resume epoch 1 again from the weights epoch 1 ended with (a silent step
+    ahead); kscale commits a backup whole (kscale/callbacks/backup_journal.py), so `kscale run
+    --max-restarts 1` resumes at epoch 1 from the first epoch's backup and ends as one uninterrupted
+    process."""
+    done = _launch(2, "kscale", str(tmp_path), "--kill-in-save", "weights", restarts=1)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "killing itself with the backup's weights written" in output and "restart 1 of 1" in output
+    for rank in range(2):
+        result = json.loads((tmp_path / f"result.{rank}.json").read_text())
+        assert result["epochs"] == [1, 2, 3], (rank, result["epochs"])
+        assert result["iterations"] == uninterrupted["iterations"] == 32, rank
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, rank
+
+
 def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(uninterrupted, tmp_path):
     """Kubernetes sends SIGTERM to the container's first process, `kscale run`: it passes the notice on to
     every worker, which stop after the epoch's backup; kscale run exits 143; run again, the job resumes."""

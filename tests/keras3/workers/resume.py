@@ -13,6 +13,9 @@ With --await-notice-at-step S every process waits after its step S until it has 
 SIGTERM to `kscale run`, which passes it on).
 With --kill-at-step S the last process kills itself with SIGKILL after its step S, once (WORKDIR/killed
 says it did): a loss without notice.
+With --kill-in-save weights|commit the chief kills itself with SIGKILL inside epoch 1's backup, once
+(WORKDIR/killed): after the backup's weights file is written and before its epoch file is (`weights`), or
+once the backup is committed, before its files are moved into the backup folder (`commit`).
 """
 
 import argparse
@@ -29,6 +32,7 @@ parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--await-notice-at-step", type=int, default=0)
 parser.add_argument("--kill-at-step", type=int, default=0)
+parser.add_argument("--kill-in-save", choices=["weights", "commit"])
 parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 args = parser.parse_args()
 
@@ -110,7 +114,40 @@ class Epochs(keras.callbacks.Callback):
             os._exit(3)
 
 
+def kill_in_save(point: str) -> None:
+    """SIGKILL to this process at `point` of the backup written after epoch 1 (the second), once."""
+    from kscale.callbacks import backup_journal
+
+    killed = os.path.join(args.workdir, "killed")
+
+    def kill(where: str) -> None:
+        if epochs.ran == [0] and not os.path.exists(killed):
+            open(killed, "w").close()
+            print(f"rank {rank}: killing itself {where}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if point == "weights":
+        save_weights = model.save_weights
+
+        def saved_then_killed(filepath, *a, **k):
+            save_weights(filepath, *a, **k)
+            kill("with the backup's weights written, its epoch not")
+
+        object.__setattr__(model, "save_weights", saved_then_killed)
+    else:
+        replace = os.replace
+
+        def replace_or_kill(src, dst, *a, **k):
+            if os.path.basename(os.path.dirname(src)) == backup_journal.JOURNAL:
+                kill("with the backup committed, its files not moved in")
+            return replace(src, dst, *a, **k)
+
+        os.replace = replace_or_kill
+
+
 epochs = Epochs()
+if args.kill_in_save and rank == 0:
+    kill_in_save(args.kill_in_save)
 backup = keras.callbacks.BackupAndRestore(args.backup_dir or os.path.join(args.workdir, "backup"))
 model.fit(
     x,
