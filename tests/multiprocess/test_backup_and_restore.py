@@ -115,11 +115,12 @@ def _assert_preempted(codes: list[int], output: str, step: int) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_single_process_notice(run_python, uninterrupted, tmp_path):
+@pytest.mark.parametrize("backend", ["single", "mirrored"])  # one process: one replica, or two
+def test_one_process_notice(run_python, uninterrupted, tmp_path, backend):
     step, resumed = _notice_step()
-    stopped = run_python([WORKER, "single", str(tmp_path), "--notice-at-step", str(step)], check=False)
+    stopped = run_python([WORKER, backend, str(tmp_path), "--notice-at-step", str(step)], check=False)
     _assert_preempted([stopped.returncode], _output(stopped), step)
-    run_python([WORKER, "single", str(tmp_path)])
+    run_python([WORKER, backend, str(tmp_path)])
     _assert_resumed(tmp_path, 1, uninterrupted, resumed)
 
 
