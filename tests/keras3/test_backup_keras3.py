@@ -51,6 +51,18 @@ def _resumed(processes: int, workdir: Path) -> list[dict]:
     return [json.loads((workdir / f"result.{rank}.json").read_text()) for rank in range(processes)]
 
 
+def _assert_same_history(result: dict, uninterrupted: dict) -> None:
+    """The epochs a resumed job ran report what the uninterrupted run reported for them."""
+    epochs = result["history"]["epoch"]
+    assert epochs == result["epochs"] and uninterrupted["history"]["epoch"] == [0, 1, 2, 3], epochs
+    resumed_loss = result["history"]["loss"]
+    uninterrupted_loss = [uninterrupted["history"]["loss"][epoch] for epoch in epochs]
+    assert resumed_loss == pytest.approx(uninterrupted_loss, rel=TOLERANCE), (
+        resumed_loss,
+        uninterrupted_loss,
+    )
+
+
 def _max_diff(a: list, b: list) -> float:
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
 
@@ -112,6 +124,7 @@ def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_ne
         assert result["epochs"] == list(range((kill - 1) // 8, 4)), (rank, notice, kill, result["epochs"])
         assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice, kill)
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice, kill)
+        _assert_same_history(result, uninterrupted)
 
 
 def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninterrupted, tmp_path):
@@ -129,6 +142,7 @@ def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninte
         assert result["epochs"] == [1, 2, 3], (rank, result["epochs"])
         assert result["iterations"] == uninterrupted["iterations"] == 32, rank
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, rank
+        _assert_same_history(result, uninterrupted)
 
 
 def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(uninterrupted, tmp_path):
@@ -162,6 +176,7 @@ def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(
     _assert_restored_the_chiefs_backup(results, tmp_path, tuple(range(stopped_after + 1, 4)))
     for rank, result in enumerate(results):
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, step)
+        _assert_same_history(result, uninterrupted)
 
 
 def test_a_backup_of_one_process_resumes_on_two_at_their_rate(tmp_path):

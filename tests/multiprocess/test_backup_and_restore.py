@@ -48,6 +48,11 @@ def _assert_resumed(workdir, ranks: int, uninterrupted: dict, resumed_epochs: tu
         assert result["iterations"] == uninterrupted["iterations"] == 32, f"rank {rank}"
         assert _max_diff(result["final"], results[0]["final"]) == 0.0, f"rank {rank} differs from rank 0"
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, f"rank {rank}"
+        # Its History: the epochs it ran, each with the loss the uninterrupted process reported for it.
+        history = result["history"]
+        assert history["epoch"] == list(resumed_epochs), f"rank {rank}: {history['epoch']}"
+        expected = [uninterrupted["history"]["loss"][epoch] for epoch in resumed_epochs]
+        assert history["loss"] == pytest.approx(expected, rel=TOLERANCE), (rank, history["loss"], expected)
     assert uninterrupted["epochs"] == [0, 1, 2, 3]
     assert not os.path.exists(os.path.join(workdir, "backup", "chief"))  # deleted when training ended
 

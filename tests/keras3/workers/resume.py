@@ -149,7 +149,7 @@ epochs = Epochs()
 if args.kill_in_save and rank == 0:
     kill_in_save(args.kill_in_save)
 backup = keras.callbacks.BackupAndRestore(args.backup_dir or os.path.join(args.workdir, "backup"))
-model.fit(
+history = model.fit(
     x,
     y,
     batch_size=BATCH * (2 if reference else 1),
@@ -165,6 +165,7 @@ result = {
     "learning_rate": applied_rate(model),
     "written_rate": float(np.asarray(model.optimizer.learning_rate)),
     "restored": epochs.restored,
+    "history": {"epoch": history.epoch, **history.history},
 }
 with open(os.path.join(args.workdir, f"result.{rank}.json"), "w") as f:
     json.dump(result, f)

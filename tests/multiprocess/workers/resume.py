@@ -97,7 +97,7 @@ class Epochs(tf.keras.callbacks.Callback):
 
 epochs = Epochs()
 backup = tf.keras.callbacks.BackupAndRestore(os.path.join(args.workdir, "backup"))
-model.fit(
+history = model.fit(
     x,
     y,
     batch_size=BATCH * (2 if one_process else 1),
@@ -111,6 +111,7 @@ result = {
     "final": [w.tolist() for w in model.get_weights()],
     "iterations": int(model.optimizer.iterations.numpy()),
     "restored": epochs.restored,
+    "history": {"epoch": history.epoch, **history.history},
 }
 with open(os.path.join(args.workdir, f"result.{rank}.json"), "w") as f:
     json.dump(result, f)
