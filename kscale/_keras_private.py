@@ -202,6 +202,16 @@ def backup_files(backup: Any) -> tuple[str, ...]:
     return tuple(getattr(backup, name) for name in names)
 
 
+def backup_in_epoch(backup: Any, epoch: int) -> None:
+    """Tell Keras 3's BackupAndRestore the epoch under way, for the backups it writes inside it.
+
+    Keras 3's callback writes `_current_epoch` as the epoch to resume at, and sets it only when an epoch
+    ends: after a restore it is 0 for the whole first epoch, and a backup written inside that epoch
+    (save_freq=N) sends the next restart back to epoch 0 with the later weights (measured: 115 steps
+    instead of 64, silently). tf.keras sets it when an epoch begins, as here; no public attribute exists."""
+    backup._current_epoch = epoch
+
+
 def clone_uncompiled(keras: Any, model: Any) -> Any:
     """Keras 3's `clone_model` of a compiled model, nested models included, left uncompiled.
 

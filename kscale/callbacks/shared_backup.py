@@ -103,11 +103,14 @@ class SharedBackup(keras.callbacks.Callback):
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        # A backup inside the first epoch after a restore names that epoch, not 0 (_keras_private).
+        _keras_private.backup_in_epoch(self._writer, epoch)
         self._writer.on_epoch_begin(epoch, logs)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._writer.on_train_batch_end(batch, logs)
-        self._commit()
+        if self.backup.save_freq != "epoch":  # no batch writes a backup otherwise
+            self._commit()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._writer.on_epoch_end(epoch, logs)

@@ -145,6 +145,36 @@ def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninte
         _assert_same_history(result, uninterrupted)
 
 
+def test_a_second_loss_inside_the_first_resumed_epoch_resumes_that_epoch_not_the_first(tmp_path):
+    """BackupAndRestore(save_freq=3), 8 steps an epoch: SIGKILL after step 20 (epoch 2) resumes epoch 2
+    from the backup of step 18; killed again after step 23, the job must resume epoch 2 from the backup of
+    step 21. Keras 3 alone names epoch 0 in a backup written inside the first epoch after a restore, and
+    the job ran epochs 0-3 again from step 21's weights (53 steps in the end instead of 37), silently."""
+    done = _launch(
+        2,
+        "kscale",
+        str(tmp_path),
+        "--save-freq",
+        "3",
+        "--kill-at-step",
+        "20",
+        "--kill-at-step",
+        "23",
+        restarts=2,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "killing itself after step 20" in output and "killing itself after step 23" in output, output[
+        -3000:
+    ]
+    assert "restart 2 of 2" in output, output[-3000:]
+    results = [json.loads((tmp_path / f"result.{rank}.json").read_text()) for rank in range(2)]
+    for rank, result in enumerate(results):
+        assert result["epochs"] == [2, 3], (rank, result["epochs"])
+        assert result["iterations"] == 21 + 16, (rank, result["iterations"])
+        assert _max_diff(result["final"], results[0]["final"]) == 0.0, rank
+
+
 def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(uninterrupted, tmp_path):
     """Kubernetes sends SIGTERM to the container's first process, `kscale run`: it passes the notice on to
     every worker, which stop after the epoch's backup; kscale run exits 143; run again, the job resumes."""

@@ -3,6 +3,8 @@ Keras 3: an upgrade that renames one fails here, by name, not inside a user's tr
 
 from __future__ import annotations
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -165,6 +167,17 @@ def test_keras_3_backup_and_restore_still_names_its_files(tmp_path):
     files = _keras_private.backup_files(backup)
     assert len(files) == 4 and all(str(f).startswith(str(tmp_path / "backup")) for f in files)
     assert files[0].endswith(".weights.h5") and files[1].endswith(".json")
+
+
+def test_keras_3_backup_and_restore_still_writes_the_epoch_kscale_sets(tmp_path):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=1)
+    backup.set_model(model)
+    _keras_private.backup_in_epoch(backup, 3)
+    backup.on_train_batch_end(0)
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 3, metadata
 
 
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")

@@ -11,8 +11,9 @@ With --notice-at-step S the last process sends itself SIGTERM, a preemption noti
 (counted from 1 over all epochs); every process writes what it backed up at each epoch's end.
 With --await-notice-at-step S every process waits after its step S until it has a notice (the test sends
 SIGTERM to `kscale run`, which passes it on).
-With --kill-at-step S the last process kills itself with SIGKILL after its step S, once (WORKDIR/killed
-says it did): a loss without notice.
+With --kill-at-step S (repeatable) the last process kills itself with SIGKILL after its step S, once for
+each S (WORKDIR/killed.S says it did): a loss without notice.
+With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq), not each epoch.
 With --kill-in-save weights|commit the chief kills itself with SIGKILL inside epoch 1's backup, once
 (WORKDIR/killed): after the backup's weights file is written and before its epoch file is (`weights`), or
 once the backup is committed, before its files are moved into the backup folder (`commit`).
@@ -31,7 +32,8 @@ parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--await-notice-at-step", type=int, default=0)
-parser.add_argument("--kill-at-step", type=int, default=0)
+parser.add_argument("--kill-at-step", type=int, action="append", default=[])
+parser.add_argument("--save-freq", type=int, default=0)
 parser.add_argument("--kill-in-save", choices=["weights", "commit"])
 parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 args = parser.parse_args()
@@ -91,8 +93,8 @@ class Epochs(keras.callbacks.Callback):
         if args.notice_at_step and step == args.notice_at_step and last:
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
-        killed = os.path.join(args.workdir, "killed")
-        if args.kill_at_step and step == args.kill_at_step and last and not os.path.exists(killed):
+        killed = os.path.join(args.workdir, f"killed.{step}")
+        if step in args.kill_at_step and last and not os.path.exists(killed):
             open(killed, "w").close()
             print(f"rank {rank}: killing itself after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -148,7 +150,9 @@ def kill_in_save(point: str) -> None:
 epochs = Epochs()
 if args.kill_in_save and rank == 0:
     kill_in_save(args.kill_in_save)
-backup = keras.callbacks.BackupAndRestore(args.backup_dir or os.path.join(args.workdir, "backup"))
+backup = keras.callbacks.BackupAndRestore(
+    args.backup_dir or os.path.join(args.workdir, "backup"), save_freq=args.save_freq or "epoch"
+)
 history = model.fit(
     x,
     y,
