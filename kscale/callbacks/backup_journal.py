@@ -43,11 +43,15 @@ def staged_writer(backup: Any) -> Any:
     )
 
 
-def commit_if_staged(backup: Any, writer: Any) -> None:
-    """Where `writer` (staged_writer's) has just written a whole backup: make it `backup`'s backup."""
+def commit_if_staged(backup: Any, writer: Any, beside: dict[str, str] | None = None) -> None:
+    """Where `writer` (staged_writer's) has just written a whole backup: make it `backup`'s backup, with
+    the files `beside` names (name: text) committed in the same step."""
     staged_weights, staged_epoch = _keras_private.backup_files(writer)[:2]
     if not (os.path.exists(staged_weights) and os.path.exists(staged_epoch)):
         return
+    for name, text in (beside or {}).items():
+        with open(os.path.join(writer.backup_dir, name), "w") as f:
+            f.write(text)
     weights, epoch, previous_weights, previous_epoch = _keras_private.backup_files(backup)
     if backup.double_checkpoint:  # Keras' own: the previous pair kept beside
         for path, previous in ((weights, previous_weights), (epoch, previous_epoch)):

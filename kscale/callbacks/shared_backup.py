@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -13,11 +14,14 @@ from typing import Any
 import keras
 import numpy as np
 
-from kscale import _keras_private, checkpoint_io
+from kscale import _keras_private, checkpoint_io, log
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
 
 SCRATCH_PREFIX = "kscale-backup-"
+#: Beside the chief's backup: the job that wrote it (its processes, its steps an epoch), to say on resume
+#: what another job does differently.
+JOB_RECORD = "kscale_job.json"
 
 
 def scratch_folder() -> str:
@@ -70,6 +74,7 @@ class SharedBackup(keras.callbacks.Callback):
         self._gather = gather
         self._barrier = barrier
         self._scratch: str | None = None
+        self._processes = 1
         self._writer = backup
         self._journaled = is_chief and backup_journal.journaled(backup)
         if self._journaled:
@@ -99,8 +104,9 @@ class SharedBackup(keras.callbacks.Callback):
         if self._journaled:
             backup_journal.recover(self.backup.backup_dir)
         self._barrier()  # the chief's recovery done before any process looks
-        self._check_every_process_sees_the_backup()
+        self._processes = self._check_every_process_sees_the_backup()
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
+        self._say_what_changed()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         # A backup inside the first epoch after a restore names that epoch, not 0 (_keras_private).
@@ -118,7 +124,30 @@ class SharedBackup(keras.callbacks.Callback):
 
     def _commit(self) -> None:
         if self._journaled:
-            backup_journal.commit_if_staged(self.backup, self._writer)
+            record = json.dumps(self._this_job())
+            backup_journal.commit_if_staged(self.backup, self._writer, beside={JOB_RECORD: record})
+
+    def _this_job(self) -> dict:
+        return {"processes": self._processes, "steps_per_epoch": self.params.get("steps")}
+
+    def _say_what_changed(self) -> None:
+        """On the chief, where this job resumes a backup another number of processes wrote: say so."""
+        path = os.path.join(self.backup.backup_dir, JOB_RECORD)
+        if not (self.is_chief and self._journaled and os.path.exists(path)):
+            return
+        with open(path) as f:
+            wrote, now = json.load(f), self._this_job()
+        if wrote["processes"] == now["processes"]:
+            return
+        steps = ""
+        if wrote["steps_per_epoch"] and now["steps_per_epoch"]:
+            steps = f"; an epoch has {now['steps_per_epoch']} steps (it had {wrote['steps_per_epoch']})"
+        log.chief(
+            f"BackupAndRestore: resuming a backup that {wrote['processes']} process(es) wrote, on "
+            f"{now['processes']}: the learning rate and the data's shards are this job's{steps}; the epochs "
+            "left run as one process at this job's global batch would",
+            self.is_chief,
+        )
 
     def on_train_end(self, logs: Any = None) -> None:
         # The chief deletes the backup (delete_checkpoint) before any process leaves fit.
@@ -128,7 +157,8 @@ class SharedBackup(keras.callbacks.Callback):
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _check_every_process_sees_the_backup(self) -> None:
+    def _check_every_process_sees_the_backup(self) -> int:
+        """Raises unless every process sees the same backup files; returns how many processes there are."""
         paths = _keras_private.backup_files(self.backup)
         seen = self._gather(np.asarray([checkpoint_io.exists(p) for p in paths], np.float32))
         if not np.all(seen == seen[0]):
@@ -139,3 +169,4 @@ class SharedBackup(keras.callbacks.Callback):
                 "different epochs. Every process restores the chief's backup: put backup_dir on a file "
                 "system all of them see (a shared folder, or gs://...)."
             )
+        return len(seen)

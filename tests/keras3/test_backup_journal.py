@@ -50,12 +50,15 @@ def test_a_staged_backup_is_committed_whole(backup):
     backup_journal.commit_if_staged(backup, writer)
     assert _epoch_and_weights(backup) == (1, 1.0)
     _write(writer, 1, 2.0)
-    backup_journal.commit_if_staged(backup, writer)
+    backup_journal.commit_if_staged(backup, writer, beside={"job.json": "{}"})
     assert _epoch_and_weights(backup) == (2, 2.0)
     assert sorted(p.name for p in Path(backup.backup_dir).iterdir()) == [
+        "job.json",
         "latest.weights.h5",
         "training_metadata.json",
     ]
+    backup_journal.commit_if_staged(backup, writer, beside={"job.json": "[]"})  # nothing staged: no write
+    assert (Path(backup.backup_dir) / "job.json").read_text() == "{}"
 
 
 def test_nothing_is_committed_where_no_backup_was_written(backup, tmp_path):

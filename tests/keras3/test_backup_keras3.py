@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,6 +219,30 @@ def test_a_backup_of_one_process_resumes_on_two_at_their_rate(tmp_path):
         assert result["learning_rate"] == pytest.approx(2 * LR)
         assert result["restored"]["written_rate"] == result["written_rate"] == pytest.approx(LR)
         assert result["iterations"] == 2 * 16 + 2 * 8
+
+
+def test_a_backup_of_two_processes_resumed_on_one_continues_as_one_process_would(tmp_path):
+    """Issue 43: a 2-process job lost after epoch 2, resumed by one process (batch 4, its own rate), ends as
+    plain Keras in one process continuing from the same backup: the same steps, weights and History; the
+    resumed job says what changed."""
+    _killed(2, tmp_path)
+    plain = tmp_path / "plain"
+    shutil.copytree(tmp_path / "backup", plain / "backup")
+    done = _launch(1, "kscale", str(tmp_path))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    said = "resuming a backup that 2 process(es) wrote, on 1: the learning rate and the data's shards are"
+    assert said in output and "an epoch has 16 steps (it had 8)" in output, output[-3000:]
+    resumed = json.loads((tmp_path / "result.0.json").read_text())
+    done = _launch(1, "plain", str(plain))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    continued = json.loads((plain / "result.0.json").read_text())
+    assert resumed["epochs"] == continued["epochs"] == [2, 3]
+    # 2 epochs of 8 steps at global batch 8 came back with the backup; 2 of 16 at batch 4 were run.
+    assert resumed["iterations"] == continued["iterations"] == 2 * 8 + 2 * 16
+    assert resumed["learning_rate"] == continued["learning_rate"] == pytest.approx(LR)
+    assert _max_diff(resumed["final"], continued["final"]) < TOLERANCE
+    assert resumed["history"]["loss"] == pytest.approx(continued["history"]["loss"], rel=TOLERANCE)
 
 
 def test_a_backup_only_the_chief_sees_stops_every_process(tmp_path):

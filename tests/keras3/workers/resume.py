@@ -3,6 +3,7 @@ each process ran, restored and ended with.
 
 resume.py MODE WORKDIR [--crash-after-epochs K] [--backup-dir DIR]
   MODE reference  plain Keras, one process, batch 2b, lr 2η, never interrupted
+  MODE plain      plain Keras, one process, batch b, lr η (resumes from a backup it finds, as Keras does)
   MODE kscale     kscale.distribute, batch b and lr η per replica, as launched (one process, or several
                   under `kscale run -np N`)
 With --crash-after-epochs K every process exits with status 3 right after epoch K's backup (a lone
@@ -26,7 +27,7 @@ import signal
 import time
 
 parser = argparse.ArgumentParser()
-parser.add_argument("mode", choices=["reference", "kscale"])
+parser.add_argument("mode", choices=["reference", "plain", "kscale"])
 parser.add_argument("workdir")
 parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
@@ -54,7 +55,7 @@ model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="t
 reference = args.mode == "reference"
 # Momentum: the optimizer has state of its own, which the backup must carry over too.
 model.compile(optimizer=keras.optimizers.SGD(LR * (2 if reference else 1), momentum=0.9), loss="mse")
-if not reference:
+if args.mode == "kscale":
     model = kscale.distribute(model, print_plan=False)
 
 
