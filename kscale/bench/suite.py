@@ -42,6 +42,9 @@ KNOBS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # Not Horovod's: kscale's own check that the workers' weights agree, run at every epoch end (the cost
     # of keeping it on is this ratio's distance from 1).
     ("agreement check off", ("--no-check-agreement",), ()),
+    # Not Horovod's either: what keras.callbacks.BackupAndRestore costs, writing a backup every 10 steps
+    # (the result's "backup" also holds the seconds one backup takes).
+    ("BackupAndRestore every 10 steps", ("--backup-every", "10"), ()),
 )
 KNOB_LABELS = tuple(label for label, _, _ in KNOBS)
 

@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -78,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-check-agreement",
         action="store_true",
         help="kscale only: check_agreement=False (no fingerprint of the weights compared at each epoch end)",
+    )
+    p.add_argument(
+        "--backup-every",
+        type=int,
+        default=0,
+        help="kscale only: keras.callbacks.BackupAndRestore(save_freq=N) in fit's callbacks (what a backup costs)",
     )
     p.add_argument("--records", help="read the data from the TFRecord files in this folder (kscale only)")
     p.add_argument("--shard", default="auto", choices=["auto", "data"], help="--records: auto-shard policy")
@@ -187,6 +194,8 @@ class Job:
     strategy: Any = None
     #: Waits until every worker gets here (train_in_turn calls it before each fit).
     barrier: Callable[[], None] = lambda: None
+    #: Times the backups fit writes (--backup-every), if it writes any.
+    backups: BackupTimer | None = None
 
 
 # Each implementation: (args, spec, keras, data, strategy=None) -> Job; data(N) is the synthetic data of a
@@ -194,6 +203,39 @@ class Job:
 # with kscale's multi_worker (two MultiWorkerMirroredStrategy objects in one process give their
 # collectives the same keys: their first broadcasts collide).
 Trainer = Callable[..., Job]
+
+
+class BackupTimer:
+    """A `BackupAndRestore(save_freq=every)` for fit, between two callbacks that time what runs at each
+    batch's end in between: the backups (and kscale's work around them). The first waits for the step's
+    results, so the step's own compute is not counted."""
+
+    def __init__(self, keras: Any, folder: str, every: int):
+        import numpy as np
+
+        timer = self
+        self.every = every
+        self.seconds = 0.0
+        self.batches = 0
+        self._started = 0.0
+
+        class _Start(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                for value in (logs or {}).values():
+                    np.asarray(value)  # the step done
+                timer._started = time.perf_counter()
+
+        class _Stop(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                timer.seconds += time.perf_counter() - timer._started
+                timer.batches += 1
+
+        backup = keras.callbacks.BackupAndRestore(folder, save_freq=every)
+        self.callbacks = [_Start(), backup, _Stop()]
+
+    def result(self) -> dict[str, Any]:
+        backups = self.batches // self.every
+        return {"every": self.every, "backups": backups, "backup_s": self.seconds / max(backups, 1)}
 
 
 def train_with_kscale(args, spec, keras, data, strategy=None) -> Job:
@@ -212,23 +254,32 @@ def train_with_kscale(args, spec, keras, data, strategy=None) -> Job:
     if args.backend == "horovod":
         options.update(compression=args.compression, backward_passes_per_step=args.backward_passes)
     model = kscale.distribute(model, **options)  # <- the one line
+    backups: list = []
+    timer = None
+    if args.backup_every:
+        # One folder for every process of the job (the chief's backup is restored by all): beside --result.
+        folder = f"{args.result}.backup" if args.result else tempfile.mkdtemp(prefix="kscale-bench-backup-")
+        timer = BackupTimer(keras, folder, args.backup_every)
+        backups = timer.callbacks
     if args.records:
         with open(os.path.join(args.records, "meta.json")) as f:
             meta = json.load(f)
         records = _records_dataset(args, tuple(meta["x_shape"]), meta["x_dtype"], meta["y_dtype"])
 
         def fit(epochs: int, callbacks: list) -> None:
+            callbacks = [*backups, *callbacks]
             model.fit(records, steps_per_epoch=args.batches, epochs=epochs, callbacks=callbacks, verbose=0)
     else:
         x, y = data(kscale.num_replicas())
 
         def fit(epochs: int, callbacks: list) -> None:
+            callbacks = [*backups, *callbacks]
             model.fit(x, y, batch_size=args.batch, epochs=epochs, callbacks=callbacks, verbose=0)
 
     strategy = getattr(model, "distribute_strategy", None)
     barriers = {"horovod": _horovod_barrier, "jax": _jax_barrier}
     barrier = barriers.get(args.backend, Job.barrier) if kscale.size() > 1 else Job.barrier
-    return Job(fit, kscale.is_chief(), kscale.num_replicas(), strategy, barrier)
+    return Job(fit, kscale.is_chief(), kscale.num_replicas(), strategy, barrier, timer)
 
 
 def train_with_horovod(args, spec, keras, data, strategy=None) -> Job:
@@ -563,6 +614,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         "batches_per_iter": args.batches,
         **_timings(args, timer, job.replicas),
     }
+    if job.backups is not None:
+        result["backup"] = job.backups.result()
     if args.against:
         theirs = _timings(args, other_timer, other.replicas)
         # The model built second waited for the first one: its first step says nothing.

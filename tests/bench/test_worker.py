@@ -51,3 +51,16 @@ def test_the_gpu_sizes_and_mixed_precision_run_here_unchanged():
 
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_what_a_backup_costs_is_measured_under_horovod():
+    """Issue 43: `kscale bench`'s knob "BackupAndRestore every 10 steps", here every 2 of 8 steps (2 epochs
+    of 4): the result holds how many backups were written and the seconds each took."""
+    sizes = runner.Sizes(iters=1, warmup=1)
+    knob = ("--backup-every", "2")
+    setting = Setting("mlp", "horovod", 2, 4, batches=4, worker_options=knob, variant="backup every 2 steps")
+    measured = runner.run_one(setting, sizes, threads=1)
+    assert measured["backup"]["every"] == 2 and measured["backup"]["backups"] == 4, measured["backup"]
+    assert _positive(measured["backup"]["backup_s"]) and _positive(measured["samples_per_s"][0])

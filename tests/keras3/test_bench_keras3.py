@@ -38,3 +38,16 @@ def test_multi_worker_against_tensorflows_custom_loop_in_one_job_profiled_and_on
     files = Setting("mlp", "multi_worker", 2, 16, batches=5, variant="files", records=records)
     read = runner.run_one(files, sizes, threads=1)
     assert read["replicas"] == 2 and all(_positive(s) for s in read["samples_per_s"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="one Keras 3 lane is enough: C-jax")
+def test_what_a_backup_costs_is_measured_on_jax():
+    """Issue 43: the knob "BackupAndRestore every 10 steps" (kscale.bench.suite), here every 2 of 8 steps on
+    2 JAX processes, where every process takes part in saving: the backups written and seconds each."""
+    sizes = runner.Sizes(iters=1, warmup=1, timeout=240)
+    knob = ("--backup-every", "2")
+    setting = Setting("mlp", "jax", 2, 4, batches=4, worker_options=knob, variant="backup every 2 steps")
+    measured = runner.run_one(setting, sizes, threads=1)
+    assert measured["backup"]["every"] == 2 and measured["backup"]["backups"] == 4, measured["backup"]
+    assert _positive(measured["backup"]["backup_s"]) and _positive(measured["samples_per_s"][0])
