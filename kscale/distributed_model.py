@@ -156,9 +156,8 @@ def _fit_in_this_world(
     if a.get("validation_data") is not None:
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
     keras = backend.family.keras_module()
-    preemption_stop = preemption.stop_for(
-        list(a.get("callbacks") or []), keras.callbacks, backend.gather, backend.is_chief
-    )
+    given = list(a.get("callbacks") or [])
+    preemption_stop = preemption.stop_for(given, keras.callbacks, backend.gather, backend.is_chief)
     metrics = metric_states.metric_objects(self, keras.metrics.Metric)
     step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)
     notes = (
@@ -188,7 +187,7 @@ def _fit_in_this_world(
     done = [keras.callbacks.LambdaCallback(on_train_end=lambda logs: [end() for end in endings])]
     declared = bool(metric_states.declared_reductions(metrics))
     # The preemption stop after the user's callbacks: their BackupAndRestore has written the epoch's backup.
-    users = backend.callbacks(list(a.get("callbacks") or []), declared)
+    users = backend.callbacks(given, declared)
     a["callbacks"] = [*check, *users, *callbacks, *preemption.as_list(preemption_stop), *done]
     with backend.keras_steps(), preemption.listening(preemption_stop):
         try:
