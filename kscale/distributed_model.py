@@ -50,7 +50,8 @@ def distribute(model: Any, **options: Any) -> Any:
 
     Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker' | 'jax'), devices,
     lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'every_sample' |
-    'divide_epochs' | 'none'), batch_semantics ('per_replica' | 'global'), print_plan, and the backend's
+    'divide_epochs' | 'none'), batch_semantics ('per_replica' | 'global'), print_plan, check_agreement,
+    preemption_notice (a function: True once this worker will be preempted), and the backend's
     own (horovod: compression, backward_passes_per_step, split_predict, elastic_commit_batches; Keras 3
     backends: gradient_accumulation_steps).
 
@@ -157,7 +158,9 @@ def _fit_in_this_world(
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
     keras = backend.family.keras_module()
     given = list(a.get("callbacks") or [])
-    preemption_stop = preemption.stop_for(given, keras.callbacks, backend.gather, backend.is_chief)
+    preemption_stop = preemption.stop_for(
+        given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice
+    )
     metrics = metric_states.metric_objects(self, keras.metrics.Metric)
     step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)
     notes = (

@@ -7,6 +7,7 @@ keywords left over here go to `Backend.parse_options`, which knows them and name
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from kscale.errors import OptionError
@@ -26,6 +27,9 @@ class Options:
     print_plan: bool = True
     #: Compare the workers' weights at epoch ends and stop with RanksDivergedError if they differ.
     check_agreement: bool = True
+    #: A function asked at each epoch's end whether this worker will be preempted (True: a notice, as
+    #: SIGTERM is), for schedulers that announce it otherwise (a cloud's metadata server). kscale/preemption.py
+    preemption_notice: Callable[[], bool] | None = None
 
     @classmethod
     def parse(cls, options: dict[str, Any]) -> tuple[Options, dict[str, Any]]:
@@ -45,6 +49,12 @@ class Options:
             raise OptionError(f"warmup_epochs={warmup!r} must be a number >= 0 (epochs of gradual warmup).")
         if not isinstance(common.get("check_agreement", True), bool):
             raise OptionError(f"check_agreement={common['check_agreement']!r} must be True or False.")
+        notice = common.get("preemption_notice")
+        if notice is not None and not callable(notice):
+            raise OptionError(
+                f"preemption_notice={notice!r} must be a function of no arguments that returns True once this "
+                "worker is told it will be preempted (or None)."
+            )
         if common.get("devices") is not None:
             common["devices"] = tuple(common["devices"])
         return cls(**common), rest

@@ -3,7 +3,9 @@
 
 Schedulers announce a preemption with SIGTERM (Kubernetes evicting a pod, SLURM's `--signal`, a spot VM's
 shutdown) and kill the process a while later; a scheduler that announces it otherwise can create the file
-named by `KSCALE_PREEMPTION_FILE`. The notice may reach one worker only, so the workers agree at each
+named by `KSCALE_PREEMPTION_FILE`, or the script can pass `distribute(model, preemption_notice=f)`, a
+function asked at each epoch's end (one that raises counts as no notice, with a warning: a worker must not
+leave the others waiting in the next collective). The notice may reach one worker only, so the workers agree at each
 epoch's end, with one collective of one number, as TensorFlow's `PreemptionCheckpointHandler` and JAX's
 `reached_preemption_sync_point` agree on a step. An epoch's end, not the next step: Keras'
 `BackupAndRestore` resumes at the start of an epoch (Keras 3 restores the epoch only; tf.keras restores
@@ -41,14 +43,25 @@ class Preempted(SystemExit):
 
 
 class Notice:
-    """Whether this process was told it will be preempted: SIGTERM while fit runs, or the notice file."""
+    """Whether this process was told it will be preempted: SIGTERM while fit runs, the notice file, or the
+    script's function (`asked`)."""
 
-    def __init__(self, file: str | None = None) -> None:
+    def __init__(self, file: str | None = None, asked: Callable[[], bool] | None = None) -> None:
         self.file = file
+        self.asked = asked
         self.signalled = False
 
     def received(self) -> bool:
-        return self.signalled or (self.file is not None and checkpoint_io.exists(self.file))
+        if self.signalled or (self.file is not None and checkpoint_io.exists(self.file)):
+            return True
+        return self.asked is not None and self._ask()
+
+    def _ask(self) -> bool:
+        try:
+            return bool(self.asked())
+        except Exception as error:  # the script's function: count it as no notice
+            log.warning(f"preemption_notice raised {error!r}; counted as no notice this time")
+            return False
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
@@ -72,13 +85,14 @@ def stop_for(
     keras_callbacks: Any,
     gather: Callable[[np.ndarray], np.ndarray],
     is_chief: bool,
+    asked: Callable[[], bool] | None = None,
 ) -> Any | None:
     """The callback that stops fit for a notice where `callbacks` hold a BackupAndRestore of the family's
-    Keras (`keras_callbacks`: its callbacks module), else None."""
+    Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice."""
     backups = [cb for cb in callbacks if isinstance(cb, keras_callbacks.BackupAndRestore)]
     if not backups:
         return None
-    notice = Notice(environment.current().preemption_file)
+    notice = Notice(environment.current().preemption_file, asked)
     mid_epoch = [b.save_freq for b in backups if b.save_freq != "epoch"]
     return _stop_callback_type(keras_callbacks.Callback)(
         notice, gather, is_chief, backups[0].backup_dir, mid_epoch
@@ -100,7 +114,8 @@ def notes(stop: Any | None, shuffled: bool = False) -> list[str]:
     if stop is None:
         return []
     said = [
-        "a preemption notice (SIGTERM to any worker, or the file KSCALE_PREEMPTION_FILE names) stops every "
+        "a preemption notice (SIGTERM to any worker, the file KSCALE_PREEMPTION_FILE names, or "
+        "distribute's preemption_notice function) stops every "
         "worker at the end of the epoch under way, after BackupAndRestore's backup, with exit status "
         f"{PREEMPTED_EXIT_STATUS}; run the same command again to resume at the next epoch"
     ]

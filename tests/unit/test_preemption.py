@@ -92,6 +92,34 @@ def test_sigterm_while_fit_runs_is_a_notice(single_process, tmp_path):
     assert int(model.optimizer.iterations.numpy()) == 4
 
 
+def test_the_scripts_notice_function_is_a_notice(single_process, tmp_path):
+    """distribute's preemption_notice: asked at each epoch's end, True stops fit there as SIGTERM does."""
+    model = kscale.distribute(
+        tiny_model(), print_plan=False, preemption_notice=lambda: int(model.optimizer.iterations.numpy()) >= 6
+    )
+    counted = NoticeAtStep(tmp_path / "unused", step=0)
+    with pytest.raises(preemption.Preempted) as raised:
+        _fit(model, tmp_path / "backup", counted)
+    assert raised.value.epoch == 1 and counted.epochs == [0, 1]
+
+
+def test_a_notice_function_that_raises_counts_as_no_notice(single_process, tmp_path):
+    def broken() -> bool:
+        raise ConnectionError("metadata server unreachable")
+
+    model = kscale.distribute(tiny_model(), print_plan=False, preemption_notice=broken)
+    counted = NoticeAtStep(tmp_path / "unused", step=0)
+    _fit(model, tmp_path / "backup", counted)
+    assert counted.epochs == [0, 1, 2] and int(model.optimizer.iterations.numpy()) == 12
+
+
+def test_a_notice_that_is_not_a_function_is_refused(single_process):
+    from kscale.errors import OptionError
+
+    with pytest.raises(OptionError, match=r"preemption_notice=.* must be a function"):
+        kscale.distribute(tiny_model(), print_plan=False, preemption_notice=True)
+
+
 def test_without_a_backup_nothing_listens(single_process):
     model = kscale.distribute(tiny_model(), print_plan=False)
     handlers = []
