@@ -128,6 +128,29 @@ def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_ne
         _assert_same_history(result, uninterrupted)
 
 
+def test_the_scripts_notice_function_on_one_process_stops_both_and_the_job_resumes_exactly(
+    uninterrupted, tmp_path
+):
+    """distribute(preemption_notice=f) with f true on the last process from a random step of epochs 0-2 on:
+    both stop after that epoch's backup, `kscale run --max-restarts 1` starts the job again, and it ends as
+    one uninterrupted process."""
+    step = random.Random().randint(1, 24)
+    stopped_after = (step - 1) // 8 + 1  # epochs done, counted from 1
+    done = _launch(2, "kscale", str(tmp_path), "--notice-function-at-step", str(step), restarts=1)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, (step, output[-3000:])
+    assert f"stopped after epoch {stopped_after} of 4" in output and "restart 1 of 1" in output, (
+        step,
+        output[-3000:],
+    )
+    for rank in range(2):
+        result = json.loads((tmp_path / f"result.{rank}.json").read_text())
+        assert result["epochs"] == list(range(stopped_after, 4)), (rank, step, result["epochs"])
+        assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, step)
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, step)
+        _assert_same_history(result, uninterrupted)
+
+
 def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninterrupted, tmp_path):
     """SIGKILL to the chief after the second epoch's backup weights are written and before its epoch file
     is: Keras 3 alone would resume epoch 1 again from the weights epoch 1 ended with (a silent step

@@ -10,6 +10,8 @@ With --crash-after-epochs K every process exits with status 3 right after epoch 
 survivor would wait forever in the next collective): a killed job.
 With --notice-at-step S the last process sends itself SIGTERM, a preemption notice, after its step S
 (counted from 1 over all epochs); every process writes what it backed up at each epoch's end.
+With --notice-function-at-step S the last process's `distribute(preemption_notice=...)` function says
+"preempted" from its step S on, in this run of the job only (not after a restart).
 With --await-notice-at-step S every process waits after its step S until it has a notice (the test sends
 SIGTERM to `kscale run`, which passes it on).
 With --kill-at-step S (repeatable) the last process kills itself with SIGKILL after its step S, once for
@@ -33,6 +35,7 @@ parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--await-notice-at-step", type=int, default=0)
+parser.add_argument("--notice-function-at-step", type=int, default=0)
 parser.add_argument("--kill-at-step", type=int, action="append", default=[])
 parser.add_argument("--save-freq", type=int, default=0)
 parser.add_argument("--kill-in-save", choices=["weights", "commit"])
@@ -55,8 +58,27 @@ model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="t
 reference = args.mode == "reference"
 # Momentum: the optimizer has state of its own, which the backup must carry over too.
 model.compile(optimizer=keras.optimizers.SGD(LR * (2 if reference else 1), momentum=0.9), loss="mse")
+
+
+def preempted() -> bool:
+    """The script's own notice (--notice-function-at-step): True from step S on, on the last process, until
+    the job is started again (another process id)."""
+    given = os.path.join(args.workdir, "notice_given")
+    if os.path.exists(given):
+        with open(given) as f:
+            return f.read() == str(os.getpid())
+    step = int(np.asarray(model.optimizer.iterations))
+    if rank != kscale.size() - 1 or step < args.notice_function_at_step:
+        return False
+    print(f"rank {rank}: preemption_notice() says preempted at step {step}", flush=True)
+    with open(given, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
 if args.mode == "kscale":
-    model = kscale.distribute(model, print_plan=False)
+    notice = {"preemption_notice": preempted} if args.notice_function_at_step else {}
+    model = kscale.distribute(model, print_plan=False, **notice)
 
 
 def applied_rate(model) -> float:
@@ -109,7 +131,7 @@ class Epochs(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
         dying = args.crash_after_epochs and epoch + 1 == args.crash_after_epochs
-        if args.notice_at_step or args.await_notice_at_step or dying:
+        if args.notice_at_step or args.await_notice_at_step or args.notice_function_at_step or dying:
             with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
                 json.dump(state(self.model), f)
         if dying:
