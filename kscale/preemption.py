@@ -91,6 +91,12 @@ def stop_for(
     Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice."""
     backups = [cb for cb in callbacks if isinstance(cb, keras_callbacks.BackupAndRestore)]
     if not backups:
+        if asked is not None:
+            log.chief(
+                "WARNING: distribute's preemption_notice is not asked in this fit: it has no "
+                "keras.callbacks.BackupAndRestore to resume from (add one to fit's callbacks)",
+                is_chief,
+            )
         return None
     notice = Notice(environment.current().preemption_file, asked)
     mid_epoch = [b.save_freq for b in backups if b.save_freq != "epoch"]

@@ -3,6 +3,7 @@ after the epoch under way, once BackupAndRestore has written its backup, and fit
 
 from __future__ import annotations
 
+import logging
 import signal
 
 import numpy as np
@@ -111,6 +112,16 @@ def test_a_notice_function_that_raises_counts_as_no_notice(single_process, tmp_p
     counted = NoticeAtStep(tmp_path / "unused", step=0)
     _fit(model, tmp_path / "backup", counted)
     assert counted.epochs == [0, 1, 2] and int(model.optimizer.iterations.numpy()) == 12
+
+
+def test_a_notice_function_without_a_backup_is_said_to_be_unused(single_process, capsys, monkeypatch):
+    monkeypatch.setattr(
+        logging.getLogger("kscale"), "handlers", []
+    )  # it binds sys.stdout when it first prints
+    model = kscale.distribute(tiny_model(), print_plan=False, preemption_notice=lambda: True)
+    model.fit(X, Y, batch_size=4, epochs=2, verbose=0)  # not stopped: nothing to resume from
+    assert int(model.optimizer.iterations.numpy()) == 8
+    assert "preemption_notice is not asked in this fit" in capsys.readouterr().out
 
 
 def test_a_notice_that_is_not_a_function_is_refused(single_process):
