@@ -74,7 +74,8 @@ class SharedBackup(keras.callbacks.Callback):
         self._gather = gather
         self._barrier = barrier
         self._scratch: str | None = None
-        self._processes = 1
+        #: This job as JOB_RECORD holds it, set when training begins (Keras calls on_train_begin first).
+        self._job_record = json.dumps({"processes": 1, "steps_per_epoch": None})
         self._writer = backup
         self._journaled = is_chief and backup_journal.journaled(backup)
         if self._journaled:
@@ -104,9 +105,13 @@ class SharedBackup(keras.callbacks.Callback):
         if self._journaled:
             backup_journal.recover(self.backup.backup_dir)
         self._barrier()  # the chief's recovery done before any process looks
-        self._processes = self._check_every_process_sees_the_backup()
+        job = {
+            "processes": self._check_every_process_sees_the_backup(),
+            "steps_per_epoch": self.params.get("steps"),
+        }
+        self._job_record = json.dumps(job)
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
-        self._say_what_changed()
+        self._say_what_changed(job)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         # A backup inside the first epoch after a restore names that epoch, not 0 (_keras_private).
@@ -124,19 +129,15 @@ class SharedBackup(keras.callbacks.Callback):
 
     def _commit(self) -> None:
         if self._journaled:
-            record = json.dumps(self._this_job())
-            backup_journal.commit_if_staged(self.backup, self._writer, beside={JOB_RECORD: record})
+            backup_journal.commit_if_staged(self.backup, self._writer, beside={JOB_RECORD: self._job_record})
 
-    def _this_job(self) -> dict:
-        return {"processes": self._processes, "steps_per_epoch": self.params.get("steps")}
-
-    def _say_what_changed(self) -> None:
-        """On the chief, where this job resumes a backup another number of processes wrote: say so."""
+    def _say_what_changed(self, now: dict) -> None:
+        """On the chief, where this job (`now`) resumes a backup another number of processes wrote: say so."""
         path = os.path.join(self.backup.backup_dir, JOB_RECORD)
         if not (self.is_chief and self._journaled and os.path.exists(path)):
             return
         with open(path) as f:
-            wrote, now = json.load(f), self._this_job()
+            wrote = json.load(f)
         if wrote["processes"] == now["processes"]:
             return
         steps = ""
