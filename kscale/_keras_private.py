@@ -202,6 +202,21 @@ def backup_files(backup: Any) -> tuple[str, ...]:
     return tuple(getattr(backup, name) for name in names)
 
 
+def backup_position(backup: Any) -> tuple[int, int] | None:
+    """The epoch and the batch in it after which Keras 3's BackupAndRestore wrote its backup (its training
+    metadata file's "epoch" and "batch"), or None where it has none. Keras reads the epoch back and leaves
+    the batch unread: a backup written inside an epoch resumes at that epoch's first batch."""
+    import json
+    import os
+
+    path = backup._training_metadata_path
+    if not os.path.exists(path):  # kscale reads it where the backup folder is local (backup_journal)
+        return None
+    with open(path) as f:
+        metadata = json.load(f)
+    return int(metadata["epoch"]), int(metadata.get("batch", 0))
+
+
 def backup_in_epoch(backup: Any, epoch: int) -> None:
     """Tell Keras 3's BackupAndRestore the epoch under way, for the backups it writes inside it.
 

@@ -108,6 +108,7 @@ class SharedBackup(keras.callbacks.Callback):
         job = {
             "processes": self._check_every_process_sees_the_backup(),
             "steps_per_epoch": self.params.get("steps"),
+            "save_freq": self.backup.save_freq,
         }
         self._job_record = json.dumps(job)
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
@@ -132,12 +133,14 @@ class SharedBackup(keras.callbacks.Callback):
             backup_journal.commit_if_staged(self.backup, self._writer, beside={JOB_RECORD: self._job_record})
 
     def _say_what_changed(self, now: dict) -> None:
-        """On the chief, where this job (`now`) resumes a backup another number of processes wrote: say so."""
+        """On the chief, where this job (`now`) resumes a backup written inside an epoch, or one that another
+        number of processes wrote: say so."""
         path = os.path.join(self.backup.backup_dir, JOB_RECORD)
         if not (self.is_chief and self._journaled and os.path.exists(path)):
             return
         with open(path) as f:
             wrote = json.load(f)
+        self._say_where_it_resumes(wrote.get("save_freq", "epoch"))
         if wrote["processes"] == now["processes"]:
             return
         steps = ""
@@ -147,6 +150,21 @@ class SharedBackup(keras.callbacks.Callback):
             f"BackupAndRestore: resuming a backup that {wrote['processes']} process(es) wrote, on "
             f"{now['processes']}: the learning rate and the data's shards are this job's{steps}; the epochs "
             "left run as one process at this job's global batch would",
+            self.is_chief,
+        )
+
+    def _say_where_it_resumes(self, save_freq: Any) -> None:
+        """Where the backup was written at a batch's end (`save_freq`, the writer's, is a number of batches):
+        Keras starts that epoch again from its first batch, with the weights trained after that batch."""
+        position = _keras_private.backup_position(self.backup)
+        if save_freq == "epoch" or position is None:
+            return
+        epoch, batch = position
+        log.chief(
+            f"BackupAndRestore: resuming a backup written after batch {batch + 1} of epoch {epoch + 1} "
+            f"(save_freq={save_freq}): Keras starts epoch {epoch + 1} again from its first batch with the "
+            "weights trained after that batch, so its first batches are trained twice and the run is not "
+            "the one that was never stopped; save_freq='epoch' resumes exactly",
             self.is_chief,
         )
 

@@ -213,6 +213,9 @@ def test_a_second_loss_inside_the_first_resumed_epoch_resumes_that_epoch_not_the
         -3000:
     ]
     assert "restart 2 of 2" in output, output[-3000:]
+    # Each restart says where Keras resumes a backup written inside an epoch (the chief, once each)
+    resumed = [line for line in output.splitlines() if "resuming a backup written after batch" in line]
+    assert len(resumed) == 2 and all("of epoch 3 (save_freq=3)" in line for line in resumed), resumed
     results = [json.loads((tmp_path / f"result.{rank}.json").read_text()) for rank in range(2)]
     for rank, result in enumerate(results):
         assert result["epochs"] == [2, 3], (rank, result["epochs"])

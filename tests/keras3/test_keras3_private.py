@@ -180,6 +180,18 @@ def test_keras_3_backup_and_restore_still_writes_the_epoch_kscale_sets(tmp_path)
     assert metadata["epoch"] == 3, metadata
 
 
+def test_keras_3_backup_and_restore_still_writes_the_batch_kscale_reads(tmp_path):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
+    backup.set_model(model)
+    assert _keras_private.backup_position(backup) is None  # nothing written yet
+    _keras_private.backup_in_epoch(backup, 2)
+    for batch in range(6):  # a backup after batches 1, 3 and 5
+        backup.on_train_batch_end(batch)
+    assert _keras_private.backup_position(backup) == (2, 5)
+
+
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeypatch):
     from keras.src.backend.tensorflow import trainer
