@@ -165,3 +165,9 @@ class Keras2Family:
     def backup_to_share(self) -> type | None:
         """Nothing: tf.keras' BackupAndRestore runs on every worker as its backend runs it."""
         return None
+
+    def backup_resumes_inside_an_epoch(self, callback: Any) -> bool:
+        """Whether `callback` is a BackupAndRestore whose backups resume inside an epoch: tf.keras restores
+        the step a `save_freq=N` backup was written at and runs that epoch's remaining steps on the data
+        from the epoch's first batch (Keras 3 starts the epoch again: never inside one)."""
+        return isinstance(callback, tf.keras.callbacks.BackupAndRestore) and callback.save_freq != "epoch"

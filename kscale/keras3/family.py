@@ -214,6 +214,10 @@ class Keras3Family:
         (kscale.callbacks.shared_backup)."""
         return keras.callbacks.BackupAndRestore
 
+    def backup_resumes_inside_an_epoch(self, callback: Any) -> bool:
+        """Never: Keras 3 resumes a backup at the start of the epoch it was written in."""
+        return False
+
 
 def _accumulation_steps(optimizer: Any) -> int:
     """The steps `optimizer` (or the one a LossScaleOptimizer holds) accumulates gradients over; 1 for none."""
