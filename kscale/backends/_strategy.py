@@ -232,6 +232,8 @@ class StrategyBackend(Backend):
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: feeds.FeedRequest) -> feeds.Feed:
+        if not request.evaluation:  # a new fit: set again where it reads a dataset a pass an epoch
+            self._passes_each_epoch = False
         part = tf_data.worker_part(x, y, sample_weight, request)
         if part.kind is feeds.Kind.OTHER:
             return feeds.one_process_feed(part, request)
@@ -289,8 +291,6 @@ class StrategyBackend(Backend):
         reshuffles draws an order for each); an endless one (repeat()) as one iterator, going on from
         epoch to epoch. Other data (arrays, Sequences) orders itself: one epoch's batches, repeated."""
         per_epoch = steps * self.replicas_per_worker
-        if not request.evaluation:
-            self._passes_each_epoch = False
         ordered_arrays = request.orders is not None and structures.is_array_data(x)
         if ordered_arrays and steps == available:  # all of fit's epochs already, in one process's orders
             return dataset, None

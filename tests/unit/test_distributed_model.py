@@ -453,3 +453,21 @@ def test_the_plan_names_batch_normalization_that_is_not_synchronized(distribute_
         distributed.fit(*regression_data(16), batch_size=4, shuffle=False, verbose=0)
         notes = [note for note in distributed.kscale_plan.notes if note.startswith("BatchNormalization bn:")]
         assert bool(notes) == named
+
+
+def test_a_backup_inside_an_epoch_of_a_dataset_a_strategy_reads_is_refused_in_that_fit_only(tmp_path):
+    """tf.keras resumes a save_freq=N backup at its step; a strategy reads a tf.data dataset a pass an
+    epoch, so later epochs would start at other batches than one process's (program
+    backup_inside_an_epoch_dataset): refused before training. Arrays, or backups at epoch ends, train."""
+    x, y = regression_data(16)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    model = kscale.distribute(tiny_model(), backend="mirrored", devices=["CPU:0"], print_plan=False)
+    inside = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "inside"), save_freq=2)
+    with pytest.raises(kscale.DataError, match=r"BackupAndRestore\(save_freq=2\) backs up inside an epoch"):
+        model.fit(dataset, epochs=2, verbose=0, callbacks=[inside])
+    assert model.optimizer.iterations.numpy() == 0  # nothing trained
+    arrays = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "arrays"), save_freq=2)
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[arrays])
+    at_ends = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "ends"))
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[at_ends])
+    assert model.optimizer.iterations.numpy() == 8
