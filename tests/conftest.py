@@ -177,3 +177,10 @@ def pytest_addoption(parser):
         "program, so that lanes A (K=1) and B (K=0) of tf.keras run two of each program's three ways "
         "between them (`make generated` runs every pair)",
     )
+    parser.addoption(
+        "--programs-share",
+        default="0/1",
+        metavar="I/N",
+        help="conformance and generated programs: only the i-th of every n (by name), so that the two tf.keras "
+        "lanes, A (0/2) and B (1/2), run every program between them, each half the CI time of all",
+    )

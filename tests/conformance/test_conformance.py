@@ -84,10 +84,24 @@ def cells(names: list[str], ways: list[str], one_way_from: int | None) -> list[t
     ]
 
 
+def share(names: list[str], config) -> list[str]:
+    """This lane's share of the programs (--programs-share=I/N: the i-th of every n)."""
+    return shared(names, config.getoption("--programs-share"))
+
+
+def shared(names: list[str], spec: str) -> list[str]:
+    i, n = (int(part) for part in spec.split("/"))
+    return names[i::n]
+
+
+def lane_cells(names: list[str], config) -> list[tuple[str, str]]:
+    return cells(share(names, config), lane_ways(), config.getoption("--one-way-per-program"))
+
+
 def parametrize_cells(metafunc, names: list[str]) -> None:
     """The test's `cell` parameter: this lane's cells, named way-program."""
     if "cell" in metafunc.fixturenames:
-        chosen = cells(names, lane_ways(), metafunc.config.getoption("--one-way-per-program"))
+        chosen = lane_cells(names, metafunc.config)
         metafunc.parametrize("cell", chosen, ids=[f"{way}-{name}" for way, name in chosen])
 
 
@@ -119,10 +133,13 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="module")
-def reference(launch_with_progress, tmp_path_factory) -> Path:
+def reference(request, launch_with_progress, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("conformance") / "reference"
+    names = share(_programs_of_this_lane(), request.config)
     done = launch_with_progress(
-        [sys.executable, RUNNER, "reference", out], mark="conformance: ", each=EACH_PROGRAM
+        [sys.executable, RUNNER, "reference", out, "--only", ",".join(names)],
+        mark="conformance: ",
+        each=EACH_PROGRAM,
     )
     assert done.returncode == 0, done.stdout[-6000:]
     return out
@@ -130,7 +147,7 @@ def reference(launch_with_progress, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def launched(request, launch_with_progress, tmp_path_factory) -> Callable:
-    lane = cells(_programs_of_this_lane(), lane_ways(), request.config.getoption("--one-way-per-program"))
+    lane = lane_cells(_programs_of_this_lane(), request.config)
     return launches(launch_with_progress, tmp_path_factory, lane, [])
 
 
@@ -182,6 +199,10 @@ def test_one_way_per_program_runs_every_program_once_and_every_way():
         assert dict((n, w) for w, n in spread) == {n: ways[(j + k) % 3] for j, n in enumerate(names)}
     # lanes A (K=1) and B (K=0) of tf.keras: each program under two different ways between them
     assert not set(cells(names, ways, 0)) & set(cells(names, ways, 1))
+    # ... or, sharing the programs (0/2 and 1/2), every program in one of them, every way in each
+    a, b = shared(names, "0/2"), shared(names, "1/2")
+    assert sorted(a + b) == names and not set(a) & set(b) and shared(names, "0/1") == names
+    assert {w for w, _ in cells(a, ways, 1)} == {w for w, _ in cells(b, ways, 0)} == set(ways)
 
 
 def test_a_program_is_compared_with_one_process_while_its_loss_scales_agree(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conformance import compare, harness
 from tests.conformance.generated.compose import compose
-from tests.conformance.test_conformance import RUNNER, cells, lane_ways, launches, parametrize_cells
+from tests.conformance.test_conformance import RUNNER, cells, lane_ways, launches, parametrize_cells, share
 
 pytestmark = pytest.mark.multiprocess
 
@@ -26,11 +26,11 @@ KNOWN_WRONG: dict[tuple[str, int, str], str] = {}  # empty today: seeds 0, 7 and
 
 
 @pytest.fixture(scope="module")
-def programs(tmp_path_factory):
+def programs(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("generated") / "programs"
     folder.mkdir()
     names = []
-    for seed in CI_SEEDS:
+    for seed in share(list(CI_SEEDS), request.config):
         program = compose(seed, harness.FAMILY)
         (folder / f"{program.name}.py").write_text(program.source)
         names.append(program.name)
