@@ -99,10 +99,15 @@ def stop_for(
             )
         return None
     notice = Notice(environment.current().preemption_file, asked)
-    mid_epoch = [b.save_freq for b in backups if b.save_freq != "epoch"]
+    mid_epoch = [b.save_freq for b in backups if backs_up_inside_an_epoch(b)]
     return _stop_callback_type(keras_callbacks.Callback)(
         notice, gather, is_chief, backups[0].backup_dir, mid_epoch
     )
+
+
+def backs_up_inside_an_epoch(backup: Any) -> bool:
+    """A BackupAndRestore (either family's) whose `save_freq` is a number of batches."""
+    return backup.save_freq != "epoch"
 
 
 def as_list(stop: Any | None) -> list:
@@ -128,9 +133,10 @@ def notes(stop: Any | None, shuffled: bool = False) -> list[str]:
     if stop.mid_epoch_backups:
         said.append(
             f"BackupAndRestore(save_freq={stop.mid_epoch_backups[0]}) also backs up in the middle of an epoch: "
-            "a job resumed from such a backup (after a kill without notice) starts that epoch again from its "
-            "first batch, as Keras does in one process, and does not end as an uninterrupted run would; "
-            "save_freq='epoch' resumes exactly"
+            "a job resumed from such a backup (after a kill without notice) does not end as an uninterrupted "
+            "run would: Keras 3 starts that epoch again from its first batch, tf.keras goes on from the step "
+            "it was written at but reads that epoch's data again from its first batch, as each does in one "
+            "process; save_freq='epoch' resumes exactly"
         )
     if shuffled:
         # Measured (Keras 3 on JAX, 2 processes): resumed 0.17 from the uninterrupted run's weights, and

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from kscale import _keras_private, checkpoint_io, log
+from kscale import _keras_private, checkpoint_io, log, preemption
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
 
@@ -121,7 +121,7 @@ class SharedBackup(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._writer.on_train_batch_end(batch, logs)
-        if self.backup.save_freq != "epoch":  # no batch writes a backup otherwise
+        if preemption.backs_up_inside_an_epoch(self.backup):  # no batch writes a backup otherwise
             self._commit()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -156,8 +156,10 @@ class SharedBackup(keras.callbacks.Callback):
     def _say_where_it_resumes(self, save_freq: Any) -> None:
         """Where the backup was written at a batch's end (`save_freq`, the writer's, is a number of batches):
         Keras starts that epoch again from its first batch, with the weights trained after that batch."""
+        if save_freq == "epoch":
+            return
         position = _keras_private.backup_position(self.backup)
-        if save_freq == "epoch" or position is None:
+        if position is None:
             return
         epoch, batch = position
         log.chief(

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kscale import _keras_private, feeds, loss_reduction, step_weights, tf_data, tf_feeds
+from kscale import _keras_private, feeds, loss_reduction, preemption, step_weights, tf_data, tf_feeds
 from kscale.keras2 import learning_rate, rebuild
 from kscale.rebuild import refuse_stateful, stateful_error
 
@@ -170,4 +170,5 @@ class Keras2Family:
         """Whether `callback` is a BackupAndRestore whose backups resume inside an epoch: tf.keras restores
         the step a `save_freq=N` backup was written at and runs that epoch's remaining steps on the data
         from the epoch's first batch (Keras 3 starts the epoch again: never inside one)."""
-        return isinstance(callback, tf.keras.callbacks.BackupAndRestore) and callback.save_freq != "epoch"
+        backup = tf.keras.callbacks.BackupAndRestore
+        return isinstance(callback, backup) and preemption.backs_up_inside_an_epoch(callback)

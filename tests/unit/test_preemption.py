@@ -148,6 +148,7 @@ def test_the_plan_says_a_backup_inside_an_epoch_does_not_resume_exactly(single_p
     stop = preemption.stop_for(callbacks, tf.keras.callbacks, lambda v: v[None], True)
     notes = preemption.notes(stop)
     assert "preemption notice" in notes[0] and "save_freq=5" in notes[1] and "save_freq='epoch'" in notes[1]
+    assert "tf.keras goes on from the step it was written at" in notes[1]  # Keras 3: from the epoch's start
     every_epoch = [tf.keras.callbacks.BackupAndRestore("/tmp/unused")]
     assert (
         len(preemption.notes(preemption.stop_for(every_epoch, tf.keras.callbacks, lambda v: v[None], True)))
