@@ -164,15 +164,16 @@ stream-others:
 # Not the Keras 3 lanes' own folders (keras3, torch_lane, ray_train, recipes): lane A has no Keras 3, torch
 # or Ray.
 KERAS3_ONLY := --ignore=tests/keras3 --ignore=tests/torch_lane --ignore=tests/ray_train --ignore=tests/recipes
+# The Keras API under every launcher (tests/multiprocess/test_keras_api.py, 4 minutes of CI): lane B's.
 test-a: venv sshd
-	$(PY) $(PYTEST) $(KERAS3_ONLY) --one-way-per-program=1 --programs-share=0/2
+	$(PY) $(PYTEST) $(KERAS3_ONLY) --one-way-per-program=1 --programs-share=0/2 \
+	  --ignore=$(LANE_B_MULTIPROCESS)
 
-# Lane B also runs the multi-process tests of what every tf.keras lane promises (exact metrics, chief-only
-# writes, BackupAndRestore and resume, the Keras API under every launcher); lane A runs them all. Not
-# tests/multiprocess/test_equivalence.py (85 s): tests/stack/test_equivalence.py and the conformance suite
-# compare every way with one process in this lane.
-LANE_B_MULTIPROCESS := tests/multiprocess/test_exact_metrics.py tests/multiprocess/test_keras_api.py \
-  tests/multiprocess/test_backup_and_restore.py
+# Lane B also runs one of the multi-process tests of what every tf.keras lane promises, which lane A runs
+# but for it: the Keras API under every launcher (exact metrics and BackupAndRestore under every launcher:
+# lane A's, and the conformance programs' in both). Not tests/multiprocess/test_equivalence.py (85 s):
+# tests/stack/test_equivalence.py and the conformance suite compare every way with one process here.
+LANE_B_MULTIPROCESS := tests/multiprocess/test_keras_api.py
 # Not lane B: `kscale bench --quick` (5 minutes of CI), whose backends and hand-written scripts (tf.keras,
 # Horovod, tf.distribute) lane A benchmarks with the same code. tests/ray_train: Ray's TensorflowTrainer
 # with a tf.keras program where tf_keras is installed (this lane has it, and Keras 3 beside it).

@@ -1,8 +1,8 @@
 """Every sample, by default: 2 replicas on 101 samples with sample weights train on every sample once per
 epoch (issue 35, item 2), and equal one process on the same 101 samples at the global batch, to 1e-5.
 The last step's 5 samples are cut 3 and 2 (or 2 and 3), each replica's gradient weighted by its share;
-dropping a sample, or averaging the short slices alike, would show. Shuffled, each worker orders its own
-samples as Keras does: the ranks must still end identical."""
+dropping a sample, or averaging the short slices alike, would show. Shuffled (fit's shuffle), every way
+is compared with one process by the conformance suite (default_shuffle, unseeded_shuffle, ...)."""
 
 from __future__ import annotations
 
@@ -40,21 +40,21 @@ def _check(workdir, ranks: int, order: str, expected: list[np.ndarray]) -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("order, epochs", [("ordered", "1"), ("shuffle", "3")])
+@pytest.mark.parametrize("order, epochs", [("ordered", "1")])
 def test_two_mirrored_replicas(run_python, target, tmp_path, order, epochs):
     run_python([WORKER, "mirrored", str(tmp_path), order, epochs])
     _check(tmp_path, 1, order, target)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("order, epochs", [("ordered", "1"), ("shuffle", "3")])
+@pytest.mark.parametrize("order, epochs", [("ordered", "1")])
 def test_two_horovod_workers(horovodrun, target, tmp_path, order, epochs):
     horovodrun(2, [WORKER, "horovod", str(tmp_path), order, epochs])
     _check(tmp_path, 2, order, target)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("order, epochs", [("ordered", "1"), ("shuffle", "3")])
+@pytest.mark.parametrize("order, epochs", [("ordered", "1")])
 def test_two_tf_config_workers(tf_config_workers, target, tmp_path, order, epochs):
     tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path), order, epochs])
     _check(tmp_path, 2, order, target)

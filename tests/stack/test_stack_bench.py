@@ -1,6 +1,6 @@
-"""`kscale bench --quick` on this lane's stack: every backend the stack runs, launched for real, trained in
-turn with its hand-written script in one job; the report's files, structure, and every number positive and
-finite."""
+"""`kscale bench --quick` on this lane's stack: every backend the stack runs but multi_worker (lane C-tf's
+tests/keras3/test_bench_keras3.py), launched for real, trained in turn with its hand-written script in one
+job; the report's files, structure, and every number positive and finite."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ def _positive(value: float) -> bool:
 @pytest.mark.timeout(600)
 def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, launch):
     out = tmp_path / "bench"
-    done = launch([BIN / "kscale", "bench", "--quick", "--output", out], timeout=540)
+    here = backends_here()
+    assert here[0] == "single" and (KERAS.backend == "tensorflow") == ("multi_worker" in here)
+    # Not multi_worker: lane C-tf benches it against TensorFlow's custom loop, profiled and on files
+    # (tests/keras3/test_bench_keras3.py), four launches of CI time less here.
+    backends = [backend for backend in here if backend != "multi_worker"]
+    done = launch([BIN / "kscale", "bench", "--quick", "--backends", *backends, "--output", out], timeout=540)
     assert done.returncode == 0, done.stdout[-5000:]
     for name in ("results.json", "results.md", "scaling.png"):
         assert (out / name).stat().st_size > 0, name
@@ -31,8 +36,6 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, l
     assert "[1/" in done.stdout  # progress while it runs
     report, markdown = json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
     assert report["machine"]["cores"] >= 1 and report["machine"]["keras"]
-    backends = backends_here()
-    assert backends[0] == "single" and (KERAS.backend == "tensorflow") == ("multi_worker" in backends)
     assert (KERAS.backend == "jax") == ("jax" in backends)
     analysis = report["analysis"]
     table = {(r["backend"], r["workers"], r["impl"]): r for r in analysis["rows"] if not r["variant"]}
@@ -56,17 +59,6 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, l
     for backend in backends:  # the hand-written script's own row, beside kscale's
         assert _positive(table[(backend, 1 if backend == "single" else 2, HAND_WRITTEN[backend])]["step_s"])
     assert "## kscale against hand-written scripts" in markdown
-    if "multi_worker" in backends:  # TensorFlow's profile of the chief: collectives in flight per step
-        split = table[("multi_worker", 2, "kscale")]["timeline"]
-        [traced] = [
-            r for r in report["results"] if r["backend"] == "multi_worker" and r["variant"] == "timeline"
-        ]
-        profiled = sum(traced["iteration_s"]) / (len(traced["iteration_s"]) * traced["batches_per_iter"])
-        # Both measured, so not compared: the profile's window (collectives in flight, their completion
-        # callbacks waited for) is not the timed iterations', and on a loaded CI machine the collectives'
-        # time per step came out above the profiled step's (0.046 s against 0.037 s)
-        assert _positive(split["communication_s"]) and _positive(profiled)
-        assert "--profile" in traced["command"]
     if len(backends) > 1:
         [advice] = analysis["recommendations"]
         assert advice["scaling"]["backend"] in backends[1:]
