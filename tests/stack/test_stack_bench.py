@@ -71,5 +71,5 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, l
         [knob] = analysis["knobs"]
         assert knob["variant"] == "fp16 compression" and _positive(knob["ratio"])
         sharding = {s["backend"]: s for s in analysis["input_sharding"]}
-        assert set(sharding) == {"horovod", "multi_worker"}
+        assert set(sharding) == {"horovod"}  # and multi_worker's where it is benched (not here)
         assert all(_positive(s["ratio"]) for s in sharding.values())
