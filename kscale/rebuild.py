@@ -52,7 +52,15 @@ def fresh_compile_args(
 
     def fresh(obj: Any) -> Any:
         if isinstance(obj, keras.metrics.Metric | keras.losses.Loss) and not keep(obj):
-            return obj.__class__.from_config(obj.get_config())
+            try:
+                return obj.__class__.from_config(obj.get_config())
+            except Exception as err:  # the user's get_config/from_config, or a lambda Keras will not load
+                raise ModelError(
+                    f"compile's {type(obj).__name__} {getattr(obj, 'name', '')!r} was made before the "
+                    f"distribution kscale trains in, and cannot be made again there from its config ({err}). "
+                    "Give it a get_config() that returns its __init__ arguments (a named function, not a "
+                    "lambda, for a metric of a function)."
+                ) from err
         return obj
 
     return {

@@ -235,6 +235,23 @@ def _concatenated(first: tf.Tensor, second: tf.Tensor) -> tf.Tensor:
     return tf.concat([padded(first), padded(second)], 0)
 
 
+def steps_joined(dataset: tf.data.Dataset, per_step: int) -> tf.data.Dataset:
+    """A worker's batches, `per_step` a step (shard_dataset's), as one batch a step: for a Keras that
+    spreads a worker's batch over its devices (Keras 3 on JAX). Read once, in order (a reshuffling dataset
+    keeps its order); each step's batches have the same rows (full ones, or the last step's equal parts),
+    other dimensions padded to the longest (zeros, empty strings), as one process's padded_batch pads them."""
+
+    def join(*components: tf.Tensor) -> Any:
+        merged = [tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0)) for t in components]
+        for tensor, component in zip(merged, components):
+            rows = None if component.shape[1] is None else component.shape[0] * component.shape[1]
+            tensor.set_shape(tf.TensorShape([rows]).concatenate(component.shape[2:]))
+        return tf.nest.pack_sequence_as(dataset.element_spec, merged)
+
+    grouped = dataset.padded_batch(per_step, drop_remainder=True)  # a partial step is never taken
+    return grouped.map(lambda *element: join(*tf.nest.flatten(element)))
+
+
 def worker_part(
     x: Any, y: Any, sample_weight: Any, request: FeedRequest, replicas_per_item: int = 1
 ) -> WorkerPart:

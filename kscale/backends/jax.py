@@ -83,11 +83,11 @@ class JaxBackend(Backend):
         # In kscale's own steps each process gives Keras its own shard (kscale cuts it, so Keras must not
         # cut it again), and Keras assembles the global batch from them.
         self._distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
-        # Between them, across processes, the job's distribution places variables alike but takes data
-        # whole on every process (WholeDataOnEveryProcess).
-        between = self._distribution
-        if jax.process_count() > 1:
-            between = WholeDataOnEveryProcess(devices=devices, auto_shard_dataset=False)
+        # Between them the job's distribution places variables alike but takes data whole on every device
+        # of every process (WholeDataOnEveryProcess): Keras' own DataParallel cuts each batch over the
+        # devices and fails on one that they do not divide (evaluate's or predict's last batch of 5 rows
+        # on 2 devices of one process: jax's IndivisibleError, where one device computes it).
+        between = WholeDataOnEveryProcess(devices=devices, auto_shard_dataset=False)
         self._between = between
         keras.distribution.set_distribution(between)
         # The whole last step of arrays (kscale.step_weights.WholeStep), on every device
@@ -145,6 +145,18 @@ class JaxBackend(Backend):
         keras.utils.set_random_seed(seed)
         return self.family.rebuild_in(model, self, weights=chief)
 
+    def compile(self, compile_fn: Any, optimizer: Any, args: dict, options: Any) -> None:
+        """In the distribution, with metric objects made before it (in one process `import kscale` sets
+        none: the model is rebuilt in it) made anew there: their variables on one device would stop the
+        first step (JAX's "incompatible devices"). The user's own, made in it, stay as they are."""
+        with self.scope():
+            compile_fn(
+                optimizer=self.optimizer_for(optimizer, options),
+                **self.family.fresh_compile_args(
+                    args, placed=lambda variable: _on_every_device(variable, self.num_replicas)
+                ),
+            )
+
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         """The family's optimizer, whose update (`stateless_apply`, where Keras' JAX trainer and a JAX
         train_step of one's own apply the gradients) weighs them by a shared last step's share first."""
@@ -193,7 +205,12 @@ class JaxBackend(Backend):
     def evaluate(self, model: Any, keras_evaluate: Any, arguments: dict, whole: bool = False) -> dict:
         """Arrays in global steps under the distribution, as fit trains (each step's metrics the global
         batch's: one process's numbers); other data whole on every process."""
-        if whole or self.num_workers == 1:
+        if self.num_workers == 1:
+            # One process, several devices: cut over the devices, a last batch they do not divide would
+            # fail (jax's IndivisibleError); whole on every device, each batch is one device's computation.
+            with self.whole_data_on_every_process():
+                return super().evaluate(model, keras_evaluate, arguments, whole)
+        if whole:
             return super().evaluate(model, keras_evaluate, arguments, whole)
         with self.keras_steps():
             return keras_evaluate(**arguments)

@@ -8,6 +8,7 @@ the scaled learning rate; losses and metrics are new objects of the same configu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -84,18 +85,21 @@ def _all_layers(model: Any) -> list:
     return found
 
 
-def fresh_compile_args(args: dict, strategy: Any = None) -> dict:
+def fresh_compile_args(args: dict, strategy: Any = None, placed: Callable[[Any], bool] | None = None) -> dict:
     """Compile arguments whose metric and loss objects are new instances (created where they are used),
-    but the user's own metrics whose variables all live in `strategy` (made in it: after `import kscale`)
-    and the losses (Keras 3's are stateless), which stay as they are: a metric of a lambda cannot be made
-    again from its config, and the user reads their own objects' state."""
+    but the user's own metrics whose variables all live in `strategy` (made in it: after `import kscale`),
+    or all are `placed` (a keras.distribution's test of a variable), and the losses (Keras 3's are
+    stateless), which stay as they are: a metric of a lambda cannot be made again from its config, and the
+    user reads their own objects' state."""
+    if placed is None and strategy is not None:
+
+        def placed(variable: Any) -> bool:
+            return strategy.extended.variable_created_in_scope(variable.value)
 
     def keep(obj: Any) -> bool:
         if isinstance(obj, keras.losses.Loss):
-            return strategy is not None
-        return strategy is not None and all(
-            strategy.extended.variable_created_in_scope(v.value) for v in obj.variables
-        )
+            return placed is not None
+        return placed is not None and all(placed(v) for v in obj.variables)
 
     return _fresh_compile_args(args, keras, keras.tree.map_structure, keep=keep)
 

@@ -143,7 +143,14 @@ def as_if_just_imported() -> None:
     from kscale import backends
 
     current = backends._current
-    if current is not None and current.create_at_import:
+    if current is not None and current.name == "jax" and current.num_workers == 1:
+        # `import kscale` sets no distribution in one process (it imports no framework): a new backend
+        # at the next distribute(), on no distribution, as in a new process
+        import keras
+
+        backends.reset()
+        keras.distribution.set_distribution(None)
+    elif current is not None and current.create_at_import:
         current.at_import()
     tf = sys.modules.get("tensorflow")
     if tf is not None:

@@ -38,6 +38,8 @@ WAYS = {
     "multi_worker": (_kscale_run("tf"), 2, []),
     "mirrored": ([sys.executable, RUNNER], 1, ["2"]),
     "jax": (_kscale_run("jax"), 2, []),
+    # one process on two JAX devices (the host's, standing for a host's GPUs): keras.distribution there
+    "jax_devices": ([sys.executable, RUNNER], 1, ["2"]),
     "torch": (_kscale_run("torch"), 2, []),
 }
 
@@ -49,7 +51,7 @@ def lane_ways() -> list[str]:
     if harness.FAMILY == "keras2":
         has_horovod = (BIN / "horovodrun").exists()
         return (["horovod"] if has_horovod else []) + ["multi_worker", "mirrored"]
-    return {"keras3-jax": ["jax"], "keras3-torch": ["torch"]}.get(
+    return {"keras3-jax": ["jax", "jax_devices"], "keras3-torch": ["torch"]}.get(
         harness.FAMILY, ["mirrored", "multi_worker"]
     )
 

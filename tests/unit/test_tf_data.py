@@ -11,7 +11,7 @@ import tensorflow as tf
 from kscale.errors import DataError
 from kscale.sharding import Shard, require_samples, shard_arrays, split_validation
 from kscale.structures import is_array_data, num_samples
-from kscale.tf_data import ShardedSequence, dataset_batches, shard_dataset, shares_last_step
+from kscale.tf_data import ShardedSequence, dataset_batches, shard_dataset, shares_last_step, steps_joined
 from kscale.tf_feeds import arrays_to_dataset, sequence_to_dataset
 
 
@@ -200,6 +200,24 @@ def test_shard_dataset_pads_the_last_steps_padded_batches_to_one_length():
     assert [ones.shape.as_list() for ones, _, _ in last] == [[3, 9], [3, 9]]
     assert [ones.numpy().sum(axis=1).tolist() for ones, _, _ in last] == [[3, 8, 2], [2, 9, 1]]
     assert [long.numpy().tolist() for _, long, _ in last] == [[False, True, False], [False, True, False]]
+
+
+def test_steps_joined_gives_each_steps_batches_as_one_padded_batch():
+    """One process on 2 devices (Keras 3 on JAX): each step's 2 batches (the last step's equal halves) as one
+    batch, as one process at the global batch takes them; sequences padded to the step's longest."""
+    lengths = [3, 5, 2, 7, 4, 1, 6, 2, 3, 8, 2, 2, 9, 1]  # 4 batches of 4, 4, 4 and 2
+    dataset = tf.data.Dataset.from_generator(
+        lambda: ((np.ones(n, "int32"), n) for n in lengths),
+        output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int64)),
+    )
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(lengths))).padded_batch(4)
+    steps = list(steps_joined(shard_dataset(dataset, Shard(), items_per_worker=2), 2))
+    assert [n.numpy().tolist() for _, n in steps] == [lengths[:8], [3, 8, 2, 2, 9, 1]]  # 4 + 4, then 3 + 3
+    for ones, n in steps:  # each row's sequence, padded to the step's longest
+        assert ones.shape[1] == max(n.numpy()) and ones.numpy().sum(axis=1).tolist() == n.numpy().tolist()
+    # a static batch size stays static (Keras lays each batch out on the devices by it)
+    static = steps_joined(tf.data.Dataset.range(12).batch(3, drop_remainder=True), 2)
+    assert static.element_spec.shape.as_list() == [6] and dataset_batches(static) == 2
 
 
 def test_shard_dataset_reads_the_data_once():

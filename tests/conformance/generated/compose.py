@@ -221,7 +221,7 @@ def _exactness(v: dict, family: str) -> dict:
         errors.update(
             {"keras2/mirrored": "BackendError: a stateful", "keras2/multi_worker": "BackendError: a stateful"}
         )
-        errors["jax"] = "BackendError: a stateful"
+        errors["jax"] = errors["jax_devices"] = "BackendError: a stateful"
     if v["optimizer_option"] == "accumulation":
         errors.update(
             {
@@ -286,7 +286,7 @@ def _record_history(variable: str, v: dict, name: str = "") -> list[str]:
 def _inexact_accuracies() -> dict:
     """INEXACT_UNDER of a 16-bit classification: in every way, its accuracies within ACCURACY_UNDER_16_BITS."""
     bounds = {f"{name}_accuracy": ACCURACY_UNDER_16_BITS for name in HISTORIES}
-    return {way: bounds for way in ("horovod", "multi_worker", "mirrored", "jax", "torch")}
+    return {way: bounds for way in ("horovod", "multi_worker", "mirrored", "jax", "jax_devices", "torch")}
 
 
 # -- rendering ------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ EXPECT_ERROR_UNDER = {
     "keras2/mirrored": "BackendError: a stateful",
     "keras2/multi_worker": "BackendError: a stateful",
     "jax": "BackendError: a stateful",
+    "jax_devices": "BackendError: a stateful",
 }
 
 
