@@ -63,6 +63,10 @@ def test_quick_bench_writes_the_report_of_every_backend_and_baseline(tmp_path, l
         [advice] = analysis["recommendations"]
         assert advice["scaling"]["backend"] in backends[1:]
         assert "## Recommendation for mlp" in markdown
+        if HAS_HOROVOD:  # the advice's Horovod side (tests/bench/test_bench_command.py: single, mirrored)
+            scale = advice["scaling"]
+            assert _positive(scale["scale_up_samples_per_s"]) and _positive(scale["scale_out_samples_per_s"])
+            assert _positive(advice["fp16"]["ratio"])
     if HAS_HOROVOD:  # Horovod's timeline, its knobs, its launcher; file against batch sharding
         assert report["machine"]["horovod"]
         split = table[("horovod", 2, "kscale")]["timeline"]
