@@ -16,10 +16,11 @@ from tests.conformance.test_conformance import RUNNER, cells, lane_ways, launche
 pytestmark = pytest.mark.multiprocess
 
 #: The seeds CI runs in every lane (each lane composes its own program of a seed): the three the generator
-#: once found wrong (0, 7, 11: fixed, kept as a regression net) and 1-3. Six, not the twelve of 0-11 before:
+#: once found wrong (0, 7, 11: fixed, kept as a regression net). Three, not the six of 0-3, 7, 11 before:
 #: each seed is a reference run and a launch's program in every lane, and `make test` must end within 60
-#: minutes on a 2-core machine; `make generated SEEDS=...` sweeps any number to find new differences.
-CI_SEEDS = (0, 1, 2, 3, 7, 11)
+#: minutes on a 2-core machine (on an AMD EPYC 7002 of 2026-12-01 the lanes' tests took some 12,000 s
+#: in all); `make generated SEEDS=...` sweeps any number to find new differences.
+CI_SEEDS = (0, 7, 11)
 EACH_PROGRAM = 300
 
 #: Cells of CI_SEEDS the generator found wrong and that are not fixed yet: (Keras family, seed, way) -> what
