@@ -36,7 +36,10 @@ def _launch(processes: int, *args: str, restarts: int = 0) -> subprocess.Complet
     command = [sys.executable, WORKER, *args]
     if processes > 1:
         command = [KSCALE, "run", "-np", str(processes), "--max-restarts", str(restarts), "--", *command]
-    return subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True, timeout=240)
+    # Each start of the job gets its own time: a job restarted twice starts its processes three times (on
+    # torch on a busy 2-core AMD EPYC 7002, 240 s for all three ran out, 2026-12-01).
+    timeout = 240 * (restarts + 1)
+    return subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _killed(processes: int, workdir: Path) -> None:
@@ -115,6 +118,7 @@ def test_two_processes_resume_like_one_uninterrupted_process(uninterrupted, kill
     assert uninterrupted["epochs"] == [0, 1, 2, 3]
 
 
+@pytest.mark.timeout(900)  # three starts of the job (_launch)
 def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_never_stopped(
     uninterrupted, tmp_path
 ):
@@ -149,6 +153,7 @@ def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_ne
     reason="the notice's source is backend-free (kscale/preemption.py Notice); the agreement on it runs in "
     "every Keras 3 lane (the SIGTERM tests): one lane is enough",
 )
+@pytest.mark.timeout(600)  # two starts of the job (_launch)
 def test_the_scripts_notice_function_on_one_process_stops_both_and_the_job_resumes_exactly(
     uninterrupted, tmp_path
 ):
@@ -178,6 +183,7 @@ def test_the_scripts_notice_function_on_one_process_stops_both_and_the_job_resum
     "a kill and the restart after it run in every Keras 3 lane (the two-process and SIGTERM tests): one lane "
     "is enough",
 )
+@pytest.mark.timeout(600)  # two starts of the job (_launch)
 def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninterrupted, tmp_path):
     """SIGKILL to the chief after the second epoch's backup weights are written and before its epoch file
     is: Keras 3 alone would resume epoch 1 again from the weights epoch 1 ended with (a silent step
@@ -201,6 +207,7 @@ def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninte
     reason="which epoch a backup names is Keras 3's callback and kscale's SharedBackup, alike in every "
     "backend; a kill and the restart after it run in every Keras 3 lane: one lane is enough",
 )
+@pytest.mark.timeout(900)  # three starts of the job (_launch)
 def test_a_second_loss_inside_the_first_resumed_epoch_resumes_that_epoch_not_the_first(tmp_path):
     """BackupAndRestore(save_freq=3), 8 steps an epoch: SIGKILL after step 20 (epoch 2) resumes epoch 2
     from the backup of step 18; killed again after step 23, the job must resume epoch 2 from the backup of
