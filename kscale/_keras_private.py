@@ -227,6 +227,20 @@ def backup_in_epoch(backup: Any, epoch: int) -> None:
     backup._current_epoch = epoch
 
 
+def backup_written_at_this_batch(backup: Any) -> bool:
+    """Whether Keras 3's BackupAndRestore (`save_freq=N`) wrote a backup in the on_train_batch_end just
+    called: its count of batches since the last backup is 0 again only then (and it has no public one)."""
+    return backup.save_freq != "epoch" and backup._batches_seen_since_last_saving == 0
+
+
+def backup_counts_from(backup: Any, batch: int) -> None:
+    """Keras 3's BackupAndRestore counts the batches to its next backup from `batch`, where a backup was
+    written: a job resumed inside an epoch goes on backing up at the stopped run's batches. Keras starts
+    counting at the epoch's first batch, and has no public way to set it."""
+    backup._last_batch_seen = batch
+    backup._batches_seen_since_last_saving = 0
+
+
 def clone_uncompiled(keras: Any, model: Any) -> Any:
     """Keras 3's `clone_model` of a compiled model, nested models included, left uncompiled.
 

@@ -158,8 +158,9 @@ def _fit_in_this_world(
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
     keras = backend.family.keras_module()
     given = list(a.get("callbacks") or [])
+    shares_backups = backend.family.backup_to_share() is not None
     preemption_stop = preemption.stop_for(
-        given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice
+        given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice, shares_backups
     )
     metrics = metric_states.metric_objects(self, keras.metrics.Metric)
     step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)
@@ -191,6 +192,7 @@ def _fit_in_this_world(
     declared = bool(metric_states.declared_reductions(metrics))
     # The preemption stop after the user's callbacks: their BackupAndRestore has written the epoch's backup.
     users = backend.callbacks(given, declared)
+    preemption.also_at_backups_inside_epochs(preemption_stop, users)
     a["callbacks"] = [*check, *users, *callbacks, *preemption.as_list(preemption_stop), *done]
     with backend.keras_steps(), preemption.listening(preemption_stop):
         try:

@@ -5,6 +5,8 @@ fit, evaluate and *_on_batch trace. `bind` sets both once per model, as instance
 sets `model.train_function`; kscale/distributed_model.py says why the class is not changed), each the
 model's own step inside kscale's layers, outermost first:
 
+0. while a job resumed inside an epoch reads again the batches its backup had trained
+   (kscale/callbacks/shared_backup.py), `skip_training` sets a train step that trains and logs nothing;
 1. `step_weights.around`: the batch's gradient weight taken off (a step whose replicas' slices differ
    in size, kscale.step_weights) and the step run as one replica's of R (kscale.loss_reduction);
 2. the backend's, `Backend.around_steps` (under a tf.distribute strategy, backends/_replica_mean: Keras'
@@ -23,10 +25,14 @@ from typing import Any
 Layer = Callable[[Callable[..., Any], Callable[..., Any]], tuple[Callable[..., Any], Callable[..., Any]]]
 
 
+#: The model's train step as bind made it (also: bound already), kept while skip_training stands in for it.
+_TRAINED = "_kscale_steps"
+
+
 def bind(model: Any, layers: Sequence[Layer | None]) -> None:
     """Give `model` its steps inside `layers` (innermost first; None: none), once per model: a model
     distributed again keeps the steps it was given."""
-    if "_kscale_steps" in vars(model):
+    if _TRAINED in vars(model):
         return
     train_step, test_step = model.train_step, model.test_step
     for layer in layers:
@@ -34,4 +40,22 @@ def bind(model: Any, layers: Sequence[Layer | None]) -> None:
             train_step, test_step = layer(train_step, test_step)
     object.__setattr__(model, "train_step", train_step)
     object.__setattr__(model, "test_step", test_step)
-    object.__setattr__(model, "_kscale_steps", True)
+    object.__setattr__(model, _TRAINED, train_step)
+
+
+def skip_training(model: Any, skipping: bool) -> None:
+    """From the next step on, `model`'s train steps train nothing (`skipping`) or train again, its train
+    function made anew. Another function, not a switch the step reads: JAX keeps a function's trace."""
+    step = _training_nothing(model) if skipping else vars(model)[_TRAINED]
+    object.__setattr__(model, "train_step", step)
+    if getattr(model, "train_function", None) is not None:
+        model.make_train_function(force=True)
+
+
+def _training_nothing(model: Any) -> Callable[..., Any]:
+    def step(*args: Any) -> Any:
+        if len(args) == 2:  # Keras 3 on JAX passes the state first and takes it back: (logs, state)
+            return {}, args[0]
+        return model.get_metrics_result()  # the logs a step returns (TensorFlow's trainer needs some)
+
+    return step

@@ -1,17 +1,17 @@
-"""A preemption notice stops every worker of a job at the end of the epoch under way, after the user's
-`BackupAndRestore` has written that epoch's backup, with exit status 143: run again, the job resumes there.
+"""A preemption notice stops every worker of a job where the user's `BackupAndRestore` has just written a
+backup that resumes exactly, with exit status 143: run again, the job resumes there.
 
 Schedulers announce a preemption with SIGTERM (Kubernetes evicting a pod, SLURM's `--signal`, a spot VM's
 shutdown) and kill the process a while later; a scheduler that announces it otherwise can create the file
 named by `KSCALE_PREEMPTION_FILE`, or the script can pass `distribute(model, preemption_notice=f)`, a
-function asked at each epoch's end (one that raises counts as no notice, with a warning: a worker must not
-leave the others waiting in the next collective). The notice may reach one worker only, so the workers agree at each
-epoch's end, with one collective of one number, as TensorFlow's `PreemptionCheckpointHandler` and JAX's
-`reached_preemption_sync_point` agree on a step. An epoch's end, not the next step: Keras'
-`BackupAndRestore` resumes at the start of an epoch (Keras 3 restores the epoch only; tf.keras restores
-the step count but starts the epoch's data from its first batch), so only a backup at an epoch's end
-resumes exactly. Without a `BackupAndRestore` in fit's callbacks nothing here runs: SIGTERM ends the
-process as it did.
+function asked where the workers agree (one that raises counts as no notice, with a warning: a worker must
+not leave the others waiting in the next collective). The notice may reach one worker only, so the workers
+agree, with one collective of one number, as TensorFlow's `PreemptionCheckpointHandler` and JAX's
+`reached_preemption_sync_point` agree on a step: at each epoch's end, after its backup, and under Keras 3
+also at each batch a `BackupAndRestore(save_freq=N)` backs up after, which kscale resumes at the next batch
+(kscale/callbacks/shared_backup.py). tf.keras restores such a backup's step count but starts the epoch's
+data from its first batch, so there only an epoch's end resumes exactly. Without a `BackupAndRestore` in
+fit's callbacks nothing here runs: SIGTERM ends the process as it did.
 
 143 is 128 + SIGTERM, what a process the notice had killed would report, and an exit status that
 restart policies retry (Kubeflow's `ExitCode` policy retries it; 1 is a permanent error to it).
@@ -86,9 +86,13 @@ def stop_for(
     gather: Callable[[np.ndarray], np.ndarray],
     is_chief: bool,
     asked: Callable[[], bool] | None = None,
+    shares_backups: bool = False,
 ) -> Any | None:
     """The callback that stops fit for a notice where `callbacks` hold a BackupAndRestore of the family's
-    Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice."""
+    Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice;
+    `shares_backups`: the family's backups go through kscale's shared backup (Keras 3's), which resumes one
+    written inside an epoch at the next batch where its folder is local or shared (not gs://): the stop
+    then also agrees at those batches (only then has it batch hooks: Keras runs them at every step)."""
     backups = [cb for cb in callbacks if isinstance(cb, keras_callbacks.BackupAndRestore)]
     if not backups:
         if asked is not None:
@@ -100,7 +104,8 @@ def stop_for(
         return None
     notice = Notice(environment.current().preemption_file, asked)
     mid_epoch = [b.save_freq for b in backups if backs_up_inside_an_epoch(b)]
-    return _stop_callback_type(keras_callbacks.Callback)(
+    at_batches = shares_backups and bool(mid_epoch) and "://" not in str(backups[0].backup_dir)
+    return _stop_callback_type(keras_callbacks.Callback, at_batches)(
         notice, gather, is_chief, backups[0].backup_dir, mid_epoch
     )
 
@@ -108,6 +113,13 @@ def stop_for(
 def backs_up_inside_an_epoch(backup: Any) -> bool:
     """A BackupAndRestore (either family's) whose `save_freq` is a number of batches."""
     return backup.save_freq != "epoch"
+
+
+def also_at_backups_inside_epochs(stop: Any | None, callbacks: list) -> None:
+    """The stop also agrees at each batch where one of a worker's `callbacks` wrote a backup that resumes
+    at the next batch (one with `resumes_after(batch)`: Keras 3's shared backup), not only at epoch ends."""
+    if stop is not None:
+        stop.resuming_inside_epochs = [cb for cb in callbacks if callable(getattr(cb, "resumes_after", None))]
 
 
 def as_list(stop: Any | None) -> list:
@@ -124,19 +136,28 @@ def notes(stop: Any | None, shuffled: bool = False) -> list[str]:
     """What the plan says when a notice can stop the job; `shuffled`: fit shuffles arrays each epoch."""
     if stop is None:
         return []
+    inside = stop.stops_inside_epochs
+    where = "at the end of the epoch under way, after BackupAndRestore's backup"
+    if inside:
+        where = f"once BackupAndRestore(save_freq={stop.mid_epoch_backups[0]}) next backs up (or at an epoch's end)"
     said = [
         "a preemption notice (SIGTERM to any worker, the file KSCALE_PREEMPTION_FILE names, or "
-        "distribute's preemption_notice function) stops every "
-        "worker at the end of the epoch under way, after BackupAndRestore's backup, with exit status "
-        f"{PREEMPTED_EXIT_STATUS}; run the same command again to resume at the next epoch"
+        f"distribute's preemption_notice function) stops every worker {where}, with exit status "
+        f"{PREEMPTED_EXIT_STATUS}; run the same command again to resume there"
     ]
-    if stop.mid_epoch_backups:
+    if inside:
+        said.append(
+            f"BackupAndRestore(save_freq={stop.mid_epoch_backups[0]}) backs up inside epochs: a job resumed "
+            "from such a backup by as many processes goes on at the batch after it, its epoch's metrics "
+            "kept, as if never stopped (by another number of processes, Keras starts that epoch again)"
+        )
+    elif stop.mid_epoch_backups:
         said.append(
             f"BackupAndRestore(save_freq={stop.mid_epoch_backups[0]}) also backs up in the middle of an epoch: "
             "a job resumed from such a backup (after a kill without notice) does not end as an uninterrupted "
-            "run would: Keras 3 starts that epoch again from its first batch, tf.keras goes on from the step "
-            "it was written at but reads that epoch's data again from its first batch, as each does in one "
-            "process; save_freq='epoch' resumes exactly"
+            "run would: Keras 3 (with a gs:// backup) starts that epoch again from its first batch, tf.keras "
+            "goes on from the step it was written at but reads that epoch's data again from its first batch, "
+            "as each does in one process; save_freq='epoch' resumes exactly"
         )
     if shuffled:
         # Measured (Keras 3 on JAX, 2 processes): resumed 0.17 from the uninterrupted run's weights, and
@@ -150,8 +171,9 @@ def notes(stop: Any | None, shuffled: bool = False) -> list[str]:
 
 
 @functools.cache
-def _stop_callback_type(callback: type) -> type:
-    """The stopping callback as a `callback` (tf.keras' or Keras 3's Callback: each Keras runs its own)."""
+def _stop_callback_type(callback: type, at_batches: bool) -> type:
+    """The stopping callback as a `callback` (tf.keras' or Keras 3's Callback: each Keras runs its own),
+    `at_batches`: also where a backup inside an epoch was written."""
 
     class PreemptionStop(callback):
         """Runs after the user's callbacks, so after BackupAndRestore wrote the epoch's backup."""
@@ -168,28 +190,55 @@ def _stop_callback_type(callback: type) -> type:
             #: The save_freq of each BackupAndRestore that also backs up inside an epoch (for the plan).
             self.mid_epoch_backups = mid_epoch_backups
             self.notice = notice
+            #: The backups that resume at the batch after one written inside an epoch (Keras 3's
+            #: SharedBackup: `resumes_after(batch)`): a notice also stops every worker there.
+            self.resuming_inside_epochs: list = []
+            self._epoch = 0
             self._gather = gather
             self._is_chief = is_chief
-            self._backup_dir = backup_dir
+            self.backup_dir = backup_dir
+
+        #: Whether a notice also stops every worker at a batch a backup inside an epoch was written after.
+        stops_inside_epochs = False
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch = epoch
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             epochs = self.params.get("epochs") or 0
             if epoch + 1 >= epochs:  # training ends here anyway (and the same on every worker)
                 return
+            resumes = "after its last backup" if self.stops_inside_epochs else f"at epoch {epoch + 2}"
+            self._stop_if_told(f"after epoch {epoch + 1} of {epochs}", resumes)
+
+        def _stop_if_told(self, stopped: str, resumes: str) -> None:
             told = self._gather(np.asarray([1.0 if self.notice.received() else 0.0], np.float32))[:, 0]
             if not told.any() or self.model.stop_training:
                 return
             ranks = [rank for rank, noticed in enumerate(told) if noticed]
             log.chief(
-                f"preemption notice on process(es) {ranks}: every worker stopped after epoch {epoch + 1} of "
-                f"{epochs}, whose backup is in {self._backup_dir!r}; exit status {PREEMPTED_EXIT_STATUS}. Run "
-                f"the same command again: BackupAndRestore resumes at epoch {epoch + 2}.",
+                f"preemption notice on process(es) {ranks}: every worker stopped {stopped}, whose backup is "
+                f"in {self.backup_dir!r}; exit status {PREEMPTED_EXIT_STATUS}. Run the same command again: "
+                f"BackupAndRestore resumes {resumes}.",
                 self._is_chief,
             )
             _tell_the_launcher()
-            raise Preempted(epoch)
+            raise Preempted(self._epoch)
 
-    return PreemptionStop
+    if not at_batches:
+        return PreemptionStop
+
+    class PreemptionStopInsideEpochs(PreemptionStop):
+        stops_inside_epochs = True
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            """Where a backup written at this batch resumes at the next one (Keras 3's, shared_backup):
+            the workers agree there, on the same batch everywhere, the backup already written."""
+            if any(backup.resumes_after(batch) for backup in self.resuming_inside_epochs):
+                where = f"batch {batch + 1} of epoch {self._epoch + 1}"
+                self._stop_if_told(f"after {where}", f"after {where}")
+
+    return PreemptionStopInsideEpochs
 
 
 def _tell_the_launcher() -> None:

@@ -22,8 +22,8 @@ from kscale.errors import BackendError, ModelError
 
 #: Where a model that cannot be copied into a strategy's scope can be built instead (the end of a sentence).
 BUILD_IT_IN_SCOPE = (
-    "build the model after `import kscale`, which (TensorFlow imported first) makes the strategy the "
-    "process's own, or inside `with kscale.scope():`, and pass that"
+    "build the model inside `with kscale.scope():` (under a tf.distribute strategy also after `import "
+    "kscale`, TensorFlow imported first, which makes the strategy the process's own), and pass that"
 )
 
 #: compile() arguments holding loss and metric objects, which are created anew where they are used.

@@ -177,10 +177,10 @@ class StrategyBackend(Backend):
         ):
             return logs
         return results_from_states(
-            model, logs, self._replicas_states, lambda values: values, keep_states=keep_states
+            model, logs, self.combined_metric_states, lambda values: values, keep_states=keep_states
         )
 
-    def _replicas_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
+    def combined_metric_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
         """Each state as the strategy reads it (its aggregation over the replicas), or, declared otherwise,
         every replica's own values combined as declared (float64 rows summed over the workers: exact)."""
         out = []
@@ -199,6 +199,17 @@ class StrategyBackend(Backend):
             every = rows.reshape(-1, *mine.shape[1:])
             out.append(reduce_rows(every, how).astype(np.asarray(variable.numpy()).dtype))
         return out
+
+    def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
+        """Each replica's own copy set: the job's first replica holds the combined states, every other one
+        a summed state's zero and the others' value itself (a mean, a maximum, the first's), so that the
+        strategy's reading, or the declared combination, gives `values` again, to the last bit."""
+        for variable, value, how in zip(variables, values, reductions):
+            backing = variable if isinstance(variable, tf.Variable) else variable.value
+            for index, copy in enumerate(self.strategy.experimental_local_results(backing)):
+                first = self.is_chief and index == 0
+                own = np.asarray(value, dtype=copy.dtype.as_numpy_dtype)
+                copy.assign(own if first or how != "sum" else np.zeros_like(own))
 
     def local_values(self, variables: list) -> list[np.ndarray]:
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.
@@ -323,7 +334,7 @@ class StrategyBackend(Backend):
         """The base's; refused where a backup would resume inside an epoch of a dataset read a pass an epoch:
         the epoch resumed runs fewer steps than a pass holds, and every later epoch would start at another
         batch than one process's (generated program 1498 of lane A: 0.006 off, silently)."""
-        inside = [cb for cb in user_callbacks if self.family.backup_resumes_inside_an_epoch(cb)]
+        inside = [cb for cb in user_callbacks if self.family.backup_resumes_at_its_step_on_fresh_data(cb)]
         if inside and self._passes_each_epoch:
             raise DataError(
                 f"BackupAndRestore(save_freq={inside[0].save_freq}) backs up inside an epoch, and tf.keras "

@@ -211,10 +211,7 @@ class Backend(abc.ABC):
             return callbacks
         from kscale.callbacks.shared_backup import SharedBackup
 
-        return [
-            SharedBackup(cb, self.is_chief, self.gather, self.barrier) if isinstance(cb, shared) else cb
-            for cb in callbacks
-        ]
+        return [SharedBackup(cb, self) if isinstance(cb, shared) else cb for cb in callbacks]
 
     def build_on_first_batch(self, model: Any, x: Any) -> None:
         """A model the family's Keras would build inside its first step (after the weights are made equal)
@@ -303,6 +300,18 @@ class Backend(abc.ABC):
     def mean_over_workers(self, values: np.ndarray) -> np.ndarray:
         """The workers' mean of `values` (the same shape everywhere), on every worker."""
         return values
+
+    def combined_metric_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
+        """Each metric state of the job as one process holding every replica's would have it (combined as
+        `reductions` say, metric_states.reduction_of), on every worker: what a backup inside an epoch
+        keeps of the epoch's metrics. Here this worker's own: one worker computes them for all."""
+        return self.local_values(variables)
+
+    def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
+        """Give the replicas `values` (combined_metric_states' of a backup) so that the job's metrics
+        combine to them again and go on from there. Here: one worker holds them for all."""
+        for variable, value in zip(variables, values):
+            variable.assign(np.asarray(value, dtype=np.asarray(variable.numpy()).dtype))
 
     def local_values(self, variables: list) -> list[np.ndarray]:
         """This worker's copy of each variable's value, read without any collective."""

@@ -169,12 +169,19 @@ class TorchBackend(Backend):
         if self.num_workers == 1:
             return logs
         return results_from_states(
-            model, logs, self.reduced_metric_states, self.average, keras.ops.convert_to_numpy, keep_states
+            model, logs, self.combined_metric_states, self.average, keras.ops.convert_to_numpy, keep_states
         )
 
-    def reduced_metric_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
+    def combined_metric_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
         rows = self._gather_arrays([np.asarray(v.numpy()) for v in variables])
         return reduce_by_aggregation(variables, rows, reductions)
+
+    def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
+        """The chief holds the combined states; every other process a summed state's zero and the others'
+        value itself (a mean, a maximum, the first's): combined again, they are `values`."""
+        for variable, value, how in zip(variables, values, reductions):
+            value = np.asarray(value, dtype=np.asarray(variable.numpy()).dtype)
+            variable.assign(value if self.is_chief or how != "sum" else np.zeros_like(value))
 
     def _gather_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Every process's `arrays` (the same shapes everywhere), each as one row per process."""

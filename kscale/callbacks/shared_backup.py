@@ -1,4 +1,5 @@
-"""Run Keras 3's BackupAndRestore in a job: every process restores, the chief writes, whole (backup_journal)."""
+"""Run Keras 3's BackupAndRestore in a job: every process restores, the chief writes, whole (backup_journal),
+and a backup written inside an epoch resumes at the batch after it."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import shutil
 import socket
 import tempfile
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import keras
 import numpy as np
 
-from kscale import _keras_private, checkpoint_io, log, preemption
+from kscale import _keras_private, checkpoint_io, log, model_steps, rebuild
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
+from kscale.metric_states import declared_reductions, reduction_of
 
 SCRATCH_PREFIX = "kscale-backup-"
 #: Beside the chief's backup: the job that wrote it (its processes, its steps an epoch), to say on resume
@@ -58,29 +59,32 @@ class SharedBackup(keras.callbacks.Callback):
     save keeps the chief's copy only. The chief writes each backup whole (backup_journal), also in a job of
     one process.
 
-    `gather(values)`: every process's values, one row per process (the backend's); `barrier()`: the backend's.
+    A backup written inside an epoch (`save_freq=N`) resumes at the batch after it, as if never stopped:
+    Keras alone starts that epoch again from its first batch with the later weights, training its first
+    batches twice. Beside such a backup the job record keeps the epoch's metric states (combined over
+    every replica); resumed by the same number of processes at the same steps an epoch, the epoch's
+    batches up to the backup's are read again without training (model_steps.skip_training), so the data
+    goes on where it was, and the metrics go on from the record: weights, History and evaluate are the
+    uninterrupted run's. Elsewhere Keras' own restart of the epoch stands, and the chief says so.
     """
 
-    def __init__(
-        self,
-        backup: Any,
-        is_chief: bool,
-        gather: Callable[[np.ndarray], np.ndarray],
-        barrier: Callable[[], None],
-    ) -> None:
+    def __init__(self, backup: Any, backend: Any) -> None:
         super().__init__()
         self.backup = backup
-        self.is_chief = is_chief
-        self._gather = gather
-        self._barrier = barrier
+        self.backend = backend
+        self.is_chief = backend.is_chief
         self._scratch: str | None = None
         #: This job as JOB_RECORD holds it, set when training begins (Keras calls on_train_begin first).
-        self._job_record = json.dumps({"processes": 1, "steps_per_epoch": None})
+        self._job: dict = {"processes": 1, "steps_per_epoch": None}
+        #: Where this fit resumes inside an epoch: (epoch, the backup's batch, the epoch's metric states).
+        self._resume: tuple[int, int, list] | None = None
+        #: The batch of the epoch under way after which the last backup was written (None: none yet).
+        self._backed_up_after: int | None = None
         self._writer = backup
-        self._journaled = is_chief and backup_journal.journaled(backup)
+        self._journaled = self.is_chief and backup_journal.journaled(backup)
         if self._journaled:
             self._writer = backup_journal.staged_writer(backup)
-        if not is_chief:
+        if not self.is_chief:
             self._scratch = scratch_folder()
             # Also when fit ends on an error (Keras then skips on_train_end).
             weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
@@ -104,43 +108,116 @@ class SharedBackup(keras.callbacks.Callback):
     def on_train_begin(self, logs: Any = None) -> None:
         if self._journaled:
             backup_journal.recover(self.backup.backup_dir)
-        self._barrier()  # the chief's recovery done before any process looks
-        job = {
+        self.backend.barrier()  # the chief's recovery done before any process looks
+        self._job = {
             "processes": self._check_every_process_sees_the_backup(),
             "steps_per_epoch": self.params.get("steps"),
             "save_freq": self.backup.save_freq,
         }
-        self._job_record = json.dumps(job)
+        written = self._written_record()  # before the restore: Keras' own may delete nothing, but reads
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
-        self._say_what_changed(job)
+        self._resume = self._resumed_inside_an_epoch(written)
+        if written is not None:
+            self._say_what_changed(written)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         # A backup inside the first epoch after a restore names that epoch, not 0 (_keras_private).
         _keras_private.backup_in_epoch(self._writer, epoch)
         self._writer.on_epoch_begin(epoch, logs)
+        if self._resume is None or self._resume[0] != epoch:
+            return
+        _, batch, states = self._resume
+        variables, reductions = self._metric_states()
+        self.backend.restore_metric_states(variables, states, reductions)  # after Keras reset them
+        _keras_private.backup_counts_from(self._writer, batch)
+        model_steps.skip_training(self.model, True)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._resume is not None:  # a batch the backup had trained: read again, not trained
+            if batch >= self._resume[1]:
+                self._resume = None
+                model_steps.skip_training(self.model, False)
+            return
         self._writer.on_train_batch_end(batch, logs)
-        if preemption.backs_up_inside_an_epoch(self.backup):  # no batch writes a backup otherwise
+        if _keras_private.backup_written_at_this_batch(self._writer):  # the same batch on every process
+            self._backed_up_after = batch
+            variables, reductions = self._metric_states()
+            states = self.backend.combined_metric_states(variables, reductions)
+            position = _keras_private.backup_position(self._writer) if self._journaled else None
+            if position is not None:
+                self._job["inside_epoch"] = {
+                    "epoch": position[0],
+                    "batch": position[1],
+                    "metric_states": [np.asarray(state).tolist() for state in states],
+                }
             self._commit()
+            self._job.pop("inside_epoch", None)
+
+    def resumes_after(self, batch: int) -> bool:
+        """Whether a backup written after `batch` of the epoch under way resumes at the next batch, as if
+        never stopped (by a job like this one: preemption's stop then ends the job there)."""
+        return self._backed_up_after == batch and backup_journal.journaled(self.backup)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._backed_up_after = None
+        if self._resume is not None:  # the epoch ended before the backup's batch: train the next one
+            self._resume = None
+            model_steps.skip_training(self.model, False)
         self._writer.on_epoch_end(epoch, logs)
         self._commit()
 
     def _commit(self) -> None:
         if self._journaled:
-            backup_journal.commit_if_staged(self.backup, self._writer, beside={JOB_RECORD: self._job_record})
+            backup_journal.commit_if_staged(
+                self.backup, self._writer, beside={JOB_RECORD: json.dumps(self._job)}
+            )
 
-    def _say_what_changed(self, now: dict) -> None:
-        """On the chief, where this job (`now`) resumes a backup written inside an epoch, or one that another
-        number of processes wrote: say so."""
+    def _metric_states(self) -> tuple[list, list[str]]:
+        """The model's metric state variables, and how each combines over replicas."""
+        metrics = self.model.metrics
+        variables = [variable for metric in metrics for variable in metric.variables]
+        declared = declared_reductions(metrics)
+        return variables, [reduction_of(variable, declared) for variable in variables]
+
+    def _written_record(self) -> dict | None:
+        """The job record beside the backup (JOB_RECORD), which every process reads, or None."""
         path = os.path.join(self.backup.backup_dir, JOB_RECORD)
-        if not (self.is_chief and self._journaled and os.path.exists(path)):
-            return
+        if not (backup_journal.journaled(self.backup) and os.path.exists(path)):
+            return None
         with open(path) as f:
-            wrote = json.load(f)
-        self._say_where_it_resumes(wrote.get("save_freq", "epoch"))
+            return json.load(f)
+
+    def _resumed_inside_an_epoch(self, written: dict | None) -> tuple[int, int, list] | None:
+        """Where the restored backup was written inside an epoch by a job like this one: that epoch, its
+        batch, the epoch's metric states; agreed by every process (one gather)."""
+        found = None
+        inside = (written or {}).get("inside_epoch")
+        position = _keras_private.backup_position(self.backup) if inside else None
+        variables, _ = self._metric_states()
+        if (
+            position is not None
+            and position == (inside["epoch"], inside["batch"])
+            and written["processes"] == self._job["processes"]
+            and written["steps_per_epoch"] == self._job["steps_per_epoch"]
+            and [np.shape(state) for state in inside["metric_states"]]
+            == [tuple(variable.shape) for variable in variables]
+        ):
+            found = (position[0], position[1], inside["metric_states"])
+        agreed = self.backend.gather(np.asarray([found is not None], np.float32))[:, 0]
+        if not np.all(agreed == agreed[0]):
+            raise BackendError(
+                f"BackupAndRestore: the processes do not read the same job record beside the backup in "
+                f"{self.backup.backup_dir!r} (process(es) {np.flatnonzero(agreed != agreed[0]).tolist()} "
+                "differ from process 0), so they would resume at different batches. Put backup_dir on a file "
+                "system every process sees the same (a shared folder)."
+            )
+        return found
+
+    def _say_what_changed(self, wrote: dict) -> None:
+        """On the chief, where this job resumes a backup written inside an epoch, or one that another
+        number of processes wrote (`wrote`: its job record): say so."""
+        now = self._job
+        self._say_where_it_resumes(wrote)
         if wrote["processes"] == now["processes"]:
             return
         steps = ""
@@ -153,20 +230,37 @@ class SharedBackup(keras.callbacks.Callback):
             self.is_chief,
         )
 
-    def _say_where_it_resumes(self, save_freq: Any) -> None:
-        """Where the backup was written at a batch's end (`save_freq`, the writer's, is a number of batches):
-        Keras starts that epoch again from its first batch, with the weights trained after that batch."""
-        if save_freq == "epoch":
-            return
+    def _say_where_it_resumes(self, wrote: dict) -> None:
+        """Where the backup was written at a batch's end (the writer's `save_freq` a number of batches): the
+        epoch goes on at the next batch, or, where this job cannot (another number of processes or of
+        steps an epoch), Keras starts that epoch again from its first batch with the later weights."""
+        save_freq = wrote.get("save_freq", "epoch")
         position = _keras_private.backup_position(self.backup)
-        if position is None:
+        if save_freq == "epoch" or position is None:
             return
         epoch, batch = position
+        where = (
+            f"resuming a backup written after batch {batch + 1} of epoch {epoch + 1} (save_freq={save_freq})"
+        )
+        if self._resume is not None:
+            stateful = rebuild.stateful_layers(self.model)
+            unlike = (
+                f"; but the state of the stateful layer(s) {stateful}, which Keras' backup does not hold, "
+                "starts from zeros, so the rest of the run is not the one never stopped"
+                if stateful
+                else ", as if the job had never stopped"
+            )
+            log.chief(
+                f"BackupAndRestore: {where}: epoch {epoch + 1} goes on at batch {batch + 2} (its first "
+                f"{batch + 1} batches are read again, not trained; its metrics go on from the backup's){unlike}",
+                self.is_chief,
+            )
+            return
         log.chief(
-            f"BackupAndRestore: resuming a backup written after batch {batch + 1} of epoch {epoch + 1} "
-            f"(save_freq={save_freq}): Keras starts epoch {epoch + 1} again from its first batch with the "
-            "weights trained after that batch, so its first batches are trained twice and the run is not "
-            "the one that was never stopped; save_freq='epoch' resumes exactly",
+            f"BackupAndRestore: {where}, by another job (processes, steps an epoch) or without the epoch's "
+            f"metrics beside it: Keras starts epoch {epoch + 1} again from its first batch with the weights "
+            "trained after that batch, so its first batches are trained twice and the run is not the one "
+            "that was never stopped; save_freq='epoch', or the same job, resumes exactly",
             self.is_chief,
         )
 
@@ -174,14 +268,14 @@ class SharedBackup(keras.callbacks.Callback):
         # The chief deletes the backup (delete_checkpoint) before any process leaves fit.
         if self.is_chief:
             self.backup.on_train_end(logs)
-        self._barrier()
+        self.backend.barrier()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _check_every_process_sees_the_backup(self) -> int:
         """Raises unless every process sees the same backup files; returns how many processes there are."""
         paths = _keras_private.backup_files(self.backup)
-        seen = self._gather(np.asarray([checkpoint_io.exists(p) for p in paths], np.float32))
+        seen = self.backend.gather(np.asarray([checkpoint_io.exists(p) for p in paths], np.float32))
         if not np.all(seen == seen[0]):
             missing = [rank for rank, row in enumerate(seen) if not np.array_equal(row, seen[0])]
             raise BackendError(

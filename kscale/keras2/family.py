@@ -166,9 +166,9 @@ class Keras2Family:
         """Nothing: tf.keras' BackupAndRestore runs on every worker as its backend runs it."""
         return None
 
-    def backup_resumes_inside_an_epoch(self, callback: Any) -> bool:
-        """Whether `callback` is a BackupAndRestore whose backups resume inside an epoch: tf.keras restores
-        the step a `save_freq=N` backup was written at and runs that epoch's remaining steps on the data
-        from the epoch's first batch (Keras 3 starts the epoch again: never inside one)."""
+    def backup_resumes_at_its_step_on_fresh_data(self, callback: Any) -> bool:
+        """Whether `callback` is a BackupAndRestore whose backups resume at their step on the epoch's data
+        from its first batch: tf.keras restores the step a `save_freq=N` backup was written at and runs
+        that epoch's remaining steps on the data from the epoch's first batch."""
         backup = tf.keras.callbacks.BackupAndRestore
         return isinstance(callback, backup) and preemption.backs_up_inside_an_epoch(callback)

@@ -214,8 +214,9 @@ class Keras3Family:
         (kscale.callbacks.shared_backup)."""
         return keras.callbacks.BackupAndRestore
 
-    def backup_resumes_inside_an_epoch(self, callback: Any) -> bool:
-        """Never: Keras 3 resumes a backup at the start of the epoch it was written in."""
+    def backup_resumes_at_its_step_on_fresh_data(self, callback: Any) -> bool:
+        """Never: under kscale a Keras 3 backup written inside an epoch resumes at the batch after it, the
+        epoch's batches before it read again, untrained (kscale/callbacks/shared_backup.py)."""
         return False
 
 

@@ -88,13 +88,26 @@ class Job:
         what the script wrote, which one process at the global batch writes REPLICAS times larger."""
         return float(np.asarray(rate)) / self.rate(1.0)
 
-    def history(self, history: Any) -> dict:
-        """History's numbers, the rate a callback logs ("lr", "learning_rate") in one worker's terms."""
+    def history(self, history: Any, from_epoch: int = 0) -> dict:
+        """History's numbers, the rate a callback logs ("lr", "learning_rate") in one worker's terms; with
+        `from_epoch`, those of epochs from there on only (a resumed fit ran only those)."""
         logs = getattr(history, "history", history)
+        epochs = getattr(history, "epoch", None) or list(range(len(next(iter(logs.values()), []))))
         return {
-            name: [self.written_rate(v) for v in values] if name in ("lr", "learning_rate") else values
+            name: [
+                self.written_rate(v) if name in ("lr", "learning_rate") else v
+                for epoch, v in zip(epochs, values)
+                if epoch >= from_epoch
+            ]
             for name, values in logs.items()
         }
+
+    def stops_inside_epochs(self) -> bool:
+        """Whether a program stops its fit inside an epoch, to fit again from a `BackupAndRestore(save_freq=N)`
+        backup. Under Keras 3 kscale resumes such a backup at the batch after it, as if never stopped, so
+        one process's reference is the run that never stopped; tf.keras' is plain Keras resumed alike
+        (it goes on from the backup's step and reads that epoch's data from its first batch)."""
+        return not (self.reference and KERAS.generation == 3)
 
     def steps(self, per_replica: int) -> int:
         """steps_per_epoch (validation_steps, steps) as a script at the per-replica batch counts them: one

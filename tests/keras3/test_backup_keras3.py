@@ -31,14 +31,22 @@ LR = 0.02  # the worker's rate per replica
 TOLERANCE = 1e-5
 
 
+#: Seconds each start of a job may take: a job restarted twice starts its processes three times (on torch
+#: on a busy 2-core AMD EPYC 7002, 240 s for all three ran out, 2026-12-01).
+EACH_START = 240
+
+
+def _starts_limit(starts: int) -> int:
+    """A test's own limit where its job starts `starts` times: each start's, and the test's own work."""
+    return EACH_START * starts + 180
+
+
 def _launch(processes: int, *args: str, restarts: int = 0) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
     command = [sys.executable, WORKER, *args]
     if processes > 1:
         command = [KSCALE, "run", "-np", str(processes), "--max-restarts", str(restarts), "--", *command]
-    # Each start of the job gets its own time: a job restarted twice starts its processes three times (on
-    # torch on a busy 2-core AMD EPYC 7002, 240 s for all three ran out, 2026-12-01).
-    timeout = 240 * (restarts + 1)
+    timeout = EACH_START * (restarts + 1)
     return subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -118,31 +126,40 @@ def test_two_processes_resume_like_one_uninterrupted_process(uninterrupted, kill
     assert uninterrupted["epochs"] == [0, 1, 2, 3]
 
 
-@pytest.mark.timeout(900)  # three starts of the job (_launch)
+@pytest.mark.timeout(_starts_limit(3))
 def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_never_stopped(
     uninterrupted, tmp_path
 ):
-    """SIGTERM to the last process at a random step of epochs 0-1 (8 steps each): both stop after that epoch's
-    backup with status 143 (kscale/preemption.py), and `kscale run --max-restarts 2` starts the job again;
-    it resumes at the next epoch, where SIGKILL to the last process at a random later step loses only the
-    epoch under way: started again, the job resumes at that epoch's start and ends as one uninterrupted
-    process does."""
+    """BackupAndRestore(save_freq=3), 8 steps an epoch: SIGTERM to the last process at a random step of
+    epochs 0-1; both stop with status 143 at the next step a backup is written after (every third) or an
+    epoch's end (kscale/preemption.py), and `kscale run --max-restarts 2` starts the job again; it resumes
+    at the step after its last backup, where SIGKILL to the last process at a random later step loses only
+    the steps since the backup before it: started again, the job resumes there and ends as one
+    uninterrupted process does (steps, weights, History)."""
     rng = random.Random()
     notice = rng.randint(1, 16)
-    resumed_at = ((notice - 1) // 8 + 1) * 8  # the step count the first backup holds
-    kill = rng.randint(resumed_at + 1, 32)
-    steps = ("--notice-at-step", str(notice), "--kill-at-step", str(kill))
+    stop = min(k for k in range(notice, 33) if k % 3 == 0 or k % 8 == 0)
+    kill = rng.randint(stop + 1, 32)
+    steps = ("--save-freq", "3", "--notice-at-step", str(notice), "--kill-at-step", str(kill))
     done = _launch(2, "kscale", str(tmp_path), *steps, restarts=2)
     output = done.stdout + done.stderr
     assert done.returncode == 0, (notice, kill, output[-3000:])
-    assert f"stopped after epoch {resumed_at // 8} of 4" in output and "Preempted" not in output, output[
-        -3000:
-    ]
+    where = (
+        f"batch {(stop - 1) % 8 + 1} of epoch {(stop - 1) // 8 + 1}"
+        if stop % 3 == 0
+        else f"epoch {stop // 8} of 4"
+    )
+    assert f"every worker stopped after {where}" in output and "Preempted" not in output, (
+        notice,
+        output[-3000:],
+    )
     assert "the workers stopped for a preemption notice" in output and "restart 1 of 2" in output
     assert f"killing itself after step {kill}" in output and "restart 2 of 2" in output, output[-3000:]
+    backed_up = kill // 3 * 3  # the last backup before the kill: the job resumes after it
     for rank in range(2):
         result = json.loads((tmp_path / f"result.{rank}.json").read_text())
-        assert result["epochs"] == list(range((kill - 1) // 8, 4)), (rank, notice, kill, result["epochs"])
+        ran = list(range((backed_up - 1) // 8, 4))
+        assert result["epochs"] == ran, (rank, notice, kill, result["epochs"])
         assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice, kill)
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice, kill)
         _assert_same_history(result, uninterrupted)
@@ -153,7 +170,7 @@ def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_ne
     reason="the notice's source is backend-free (kscale/preemption.py Notice); the agreement on it runs in "
     "every Keras 3 lane (the SIGTERM tests): one lane is enough",
 )
-@pytest.mark.timeout(600)  # two starts of the job (_launch)
+@pytest.mark.timeout(_starts_limit(2))
 def test_the_scripts_notice_function_on_one_process_stops_both_and_the_job_resumes_exactly(
     uninterrupted, tmp_path
 ):
@@ -183,7 +200,7 @@ def test_the_scripts_notice_function_on_one_process_stops_both_and_the_job_resum
     "a kill and the restart after it run in every Keras 3 lane (the two-process and SIGTERM tests): one lane "
     "is enough",
 )
-@pytest.mark.timeout(600)  # two starts of the job (_launch)
+@pytest.mark.timeout(_starts_limit(2))
 def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninterrupted, tmp_path):
     """SIGKILL to the chief after the second epoch's backup weights are written and before its epoch file
     is: Keras 3 alone would resume epoch 1 again from the weights epoch 1 ended with (a silent step
@@ -204,15 +221,18 @@ def test_the_chief_killed_inside_a_backup_resumes_from_the_last_whole_one(uninte
 
 @pytest.mark.skipif(
     keras.config.backend() != "tensorflow",
-    reason="which epoch a backup names is Keras 3's callback and kscale's SharedBackup, alike in every "
-    "backend; a kill and the restart after it run in every Keras 3 lane: one lane is enough",
+    reason="kscale's SharedBackup, alike in every backend; every Keras 3 lane resumes inside an epoch in its "
+    "conformance program backup_inside_an_epoch, and a kill and the restart after it: one lane is enough",
 )
-@pytest.mark.timeout(900)  # three starts of the job (_launch)
-def test_a_second_loss_inside_the_first_resumed_epoch_resumes_that_epoch_not_the_first(tmp_path):
-    """BackupAndRestore(save_freq=3), 8 steps an epoch: SIGKILL after step 20 (epoch 2) resumes epoch 2
-    from the backup of step 18; killed again after step 23, the job must resume epoch 2 from the backup of
-    step 21. Keras 3 alone names epoch 0 in a backup written inside the first epoch after a restore, and
-    the job ran epochs 0-3 again from step 21's weights (53 steps in the end instead of 37), silently."""
+@pytest.mark.timeout(_starts_limit(3))
+def test_two_losses_inside_an_epoch_resume_at_the_batch_after_each_backup_as_if_never_stopped(
+    uninterrupted, tmp_path
+):
+    """BackupAndRestore(save_freq=3), 8 steps an epoch: SIGKILL after step 20 (epoch 3) resumes from the
+    backup of step 18 at step 19; killed again after step 23, inside the first resumed epoch, the job
+    resumes from the backup of step 21 at step 22. Keras 3 alone starts epoch 3 again from its first
+    batch each time (37 steps in all instead of 32), and names epoch 1 in a backup written inside the first
+    epoch after a restore (53 steps). The job ends as the uninterrupted run: steps, weights, History."""
     done = _launch(
         2,
         "kscale",
@@ -231,14 +251,18 @@ def test_a_second_loss_inside_the_first_resumed_epoch_resumes_that_epoch_not_the
         -3000:
     ]
     assert "restart 2 of 2" in output, output[-3000:]
-    # Each restart says where Keras resumes a backup written inside an epoch (the chief, once each)
+    # Each restart says where it resumes (the chief, once each): after batch 2 of epoch 3, then batch 5
     resumed = [line for line in output.splitlines() if "resuming a backup written after batch" in line]
-    assert len(resumed) == 2 and all("of epoch 3 (save_freq=3)" in line for line in resumed), resumed
+    assert len(resumed) == 2, resumed
+    assert "batch 2 of epoch 3 (save_freq=3): epoch 3 goes on at batch 3" in resumed[0], resumed
+    assert "batch 5 of epoch 3 (save_freq=3): epoch 3 goes on at batch 6" in resumed[1], resumed
     results = [json.loads((tmp_path / f"result.{rank}.json").read_text()) for rank in range(2)]
     for rank, result in enumerate(results):
         assert result["epochs"] == [2, 3], (rank, result["epochs"])
-        assert result["iterations"] == 21 + 16, (rank, result["iterations"])
+        assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, result["iterations"])
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, rank
         assert _max_diff(result["final"], results[0]["final"]) == 0.0, rank
+        _assert_same_history(result, uninterrupted)
 
 
 def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(uninterrupted, tmp_path):
@@ -260,7 +284,7 @@ def test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly(
                 job.send_signal(signal.SIGTERM)
                 break
         lines.extend(job.stdout)
-        code = job.wait(timeout=240)
+        code = job.wait(timeout=EACH_START)
     finally:
         job.kill()
     output = "".join(lines)
@@ -327,7 +351,7 @@ def test_a_backup_only_the_chief_sees_stops_every_process(killed_by_two, tmp_pat
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=EACH_START,
     )
     output = done.stdout + done.stderr
     assert done.returncode != 0, output[-3000:]

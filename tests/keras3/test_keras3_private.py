@@ -192,6 +192,30 @@ def test_keras_3_backup_and_restore_still_writes_the_batch_kscale_reads(tmp_path
     assert _keras_private.backup_position(backup) == (2, 5)
 
 
+def test_keras_3_backup_and_restore_still_counts_batches_as_kscale_reads_and_sets(tmp_path):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=3)
+    backup.set_model(model)
+    written = []
+    for batch in range(7):
+        backup.on_train_batch_end(batch)
+        written.append(_keras_private.backup_written_at_this_batch(backup))
+    assert written == [False, False, True, False, False, True, False], written
+    # A job resumed after batch 2's backup counts from there: its next backup is after batch 5 again
+    resumed = keras.callbacks.BackupAndRestore(str(tmp_path / "resumed"), save_freq=3)
+    resumed.set_model(model)
+    _keras_private.backup_counts_from(resumed, 2)
+    written = []
+    for batch in range(3, 7):
+        resumed.on_train_batch_end(batch)
+        written.append(_keras_private.backup_written_at_this_batch(resumed))
+    assert written == [False, False, True, False], written
+    assert not _keras_private.backup_written_at_this_batch(
+        keras.callbacks.BackupAndRestore(str(tmp_path / "e"))
+    )
+
+
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Keras 3's TensorFlow trainer: lane C-tf")
 def test_a_keras_whose_trainer_kscale_does_not_know_gets_a_backend_error(monkeypatch):
     from keras.src.backend.tensorflow import trainer

@@ -157,6 +157,22 @@ def test_the_plan_says_a_backup_inside_an_epoch_does_not_resume_exactly(single_p
     assert preemption.stop_for([], tf.keras.callbacks, lambda v: v[None], True) is None
 
 
+def test_the_stop_has_batch_hooks_only_where_it_stops_inside_epochs(single_process):
+    """Keras runs a callback's batch hooks at every step (and waits for each step's logs there): the stop
+    has them only for backups that resume inside an epoch (Keras 3's shared ones, on a local folder)."""
+    gather = lambda v: v[None]  # noqa: E731
+    base = tf.keras.callbacks.Callback.on_train_batch_end
+    inside = [tf.keras.callbacks.BackupAndRestore("/tmp/unused", save_freq=5)]
+    for callbacks, shares in ((inside, False), ([tf.keras.callbacks.BackupAndRestore("/tmp/unused")], True)):
+        stop = preemption.stop_for(callbacks, tf.keras.callbacks, gather, True, None, shares)
+        assert type(stop).on_train_batch_end is base and not stop.stops_inside_epochs
+    stop = preemption.stop_for(inside, tf.keras.callbacks, gather, True, None, shares_backups=True)
+    assert type(stop).on_train_batch_end is not base and stop.stops_inside_epochs
+    assert "once BackupAndRestore(save_freq=5) next backs up" in preemption.notes(stop)[0]
+    on_gs = [tf.keras.callbacks.BackupAndRestore("gs://bucket/backup", save_freq=5)]
+    assert not preemption.stop_for(on_gs, tf.keras.callbacks, gather, True, None, True).stops_inside_epochs
+
+
 def test_the_plan_says_a_resumed_job_shuffles_as_a_new_run(single_process):
     stop = preemption.stop_for(
         [tf.keras.callbacks.BackupAndRestore("/tmp/unused")], tf.keras.callbacks, lambda v: v[None], True

@@ -9,7 +9,8 @@ resume.py MODE WORKDIR [--crash-after-epochs K] [--backup-dir DIR]
 With --crash-after-epochs K every process exits with status 3 right after epoch K's backup (a lone
 survivor would wait forever in the next collective): a killed job.
 With --notice-at-step S the last process sends itself SIGTERM, a preemption notice, after its step S
-(counted from 1 over all epochs); every process writes what it backed up at each epoch's end.
+(counted from 1 over all epochs), once (WORKDIR/noticed.S says it did); every process writes what it
+backed up at each epoch's end.
 With --notice-function-at-step S the last process's `distribute(preemption_notice=...)` function says
 "preempted" from its step S on, in this run of the job only (not after a restart).
 With --await-notice-at-step S every process waits after its step S until it has a notice (the test sends
@@ -113,7 +114,9 @@ class Epochs(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         step, last = int(np.asarray(self.model.optimizer.iterations)), rank == kscale.size() - 1
-        if args.notice_at_step and step == args.notice_at_step and last:
+        noticed = os.path.join(args.workdir, f"noticed.{step}")
+        if args.notice_at_step and step == args.notice_at_step and last and not os.path.exists(noticed):
+            open(noticed, "w").close()  # once: a job resumed before this step trains it again
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
         killed = os.path.join(args.workdir, f"killed.{step}")
