@@ -134,12 +134,11 @@ class StrategyBackend(Backend):
 
     def compile(self, compile_fn: Callable[..., None], optimizer: Any, args: dict, options: Any) -> None:
         self.family.check_strategy_compile(args, optimizer, options, self.name, self.num_replicas)
-        # Optimizer, losses and metrics are created anew inside the scope, whoever created them.
-        with self.strategy.scope():
-            compile_fn(
-                optimizer=self.optimizer_for(optimizer, options),
-                **self.family.fresh_compile_args(args, self.strategy),
-            )
+        self.compile_in_scope(compile_fn, optimizer, args, options)
+
+    def created_here(self, variable: Any) -> bool:
+        backing = variable if isinstance(variable, tf.Variable) else variable.value
+        return self.strategy.extended.variable_created_in_scope(backing)
 
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         copy = self.family.clone_optimizer(optimizer, options)

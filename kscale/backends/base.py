@@ -176,6 +176,22 @@ class Backend(abc.ABC):
         """Compile with `optimizer` in the form this backend trains it."""
         compile_fn(optimizer=self.optimizer_for(optimizer, options), **args)
 
+    def compile_in_scope(
+        self, compile_fn: Callable[..., None], optimizer: Any, args: dict, options: Any
+    ) -> None:
+        """`compile` for a backend whose optimizer, losses and metrics must live in its scope (a strategy's,
+        a keras.distribution's): compiled there, with the loss and metric objects made elsewhere (before
+        `import kscale`) made anew there, and the user's own made there left theirs (`created_here`)."""
+        with self.scope():
+            compile_fn(
+                optimizer=self.optimizer_for(optimizer, options),
+                **self.family.fresh_compile_args(args, self.created_here),
+            )
+
+    def created_here(self, variable: Any) -> bool:
+        """Whether `variable` was created where this backend trains (its scope, its devices): anywhere."""
+        return True
+
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         """The optimizer compile() gets: the user's (applying its rate scaled), and whatever this backend
         wraps it in."""

@@ -145,17 +145,13 @@ class JaxBackend(Backend):
         keras.utils.set_random_seed(seed)
         return self.family.rebuild_in(model, self, weights=chief)
 
-    def compile(self, compile_fn: Any, optimizer: Any, args: dict, options: Any) -> None:
-        """In the distribution, with metric objects made before it (in one process `import kscale` sets
-        none: the model is rebuilt in it) made anew there: their variables on one device would stop the
-        first step (JAX's "incompatible devices"). The user's own, made in it, stay as they are."""
-        with self.scope():
-            compile_fn(
-                optimizer=self.optimizer_for(optimizer, options),
-                **self.family.fresh_compile_args(
-                    args, placed=lambda variable: _on_every_device(variable, self.num_replicas)
-                ),
-            )
+    # In the distribution, with metric objects made before it (in one process `import kscale` sets none: the
+    # model is rebuilt in it) made anew there: their variables on one device would stop the first step
+    # (JAX's "incompatible devices"). The user's own, made in it, stay as they are.
+    compile = Backend.compile_in_scope
+
+    def created_here(self, variable: Any) -> bool:
+        return _on_every_device(variable, self.num_replicas)
 
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         """The family's optimizer, whose update (`stateless_apply`, where Keras' JAX trainer and a JAX

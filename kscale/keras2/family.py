@@ -44,8 +44,8 @@ class Keras2Family:
         """The same model built in `owner.scope()` (a tf.distribute strategy), with its weights (or `weights`)."""
         return rebuild.rebuild_in_scope(model, owner, weights)
 
-    def fresh_compile_args(self, args: dict, strategy: Any = None) -> dict:
-        return rebuild.clone_compile_args(args, strategy)
+    def fresh_compile_args(self, args: dict, created_here: Any) -> dict:
+        return rebuild.clone_compile_args(args, created_here)
 
     def prepare_steps(self, model: Any) -> None:
         """Keras' losses reduce as one replica's in the steps kscale runs (kscale.loss_reduction)."""

@@ -43,17 +43,14 @@ def existing_variables(model: tf.keras.Model) -> list[tf.Variable]:
     return [v for v in variables if isinstance(v, tf.Variable)]
 
 
-def clone_compile_args(args: dict, strategy: Any = None) -> dict:
+def clone_compile_args(args: dict, created_here: Callable[[Any], bool]) -> dict:
     """Compile arguments whose metric and loss objects are new instances, but the metrics whose variables
-    all live in `strategy` (made in it: after `import kscale`), which stay the user's own."""
+    were all `created_here` (the backend's test: in its strategy's scope, after `import kscale`), which stay
+    the user's own."""
 
     def in_strategy(obj: Any) -> bool:
         variables = getattr(obj, "variables", None) if isinstance(obj, tf.keras.metrics.Metric) else None
-        return (
-            strategy is not None
-            and variables is not None
-            and all(strategy.extended.variable_created_in_scope(v) for v in variables)
-        )
+        return variables is not None and all(created_here(v) for v in variables)
 
     return fresh_compile_args(args, tf.keras, tf.nest.map_structure, keep=in_strategy)
 

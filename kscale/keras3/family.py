@@ -52,8 +52,8 @@ class Keras3Family:
     def rebuild_in(self, model: Any, owner: Any, weights: list | None = None) -> Any:
         return rebuild.rebuild_in(model, owner, weights)
 
-    def fresh_compile_args(self, args: dict, strategy: Any = None, placed: Any = None) -> dict:
-        return rebuild.fresh_compile_args(args, strategy, placed)
+    def fresh_compile_args(self, args: dict, created_here: Any) -> dict:
+        return rebuild.fresh_compile_args(args, created_here)
 
     def first_batch_inputs(self, model: Any, x: Any) -> Any:
         """None: Keras 3 builds a model on its first batch, inside the scope its fit enters."""

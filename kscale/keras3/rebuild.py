@@ -85,21 +85,14 @@ def _all_layers(model: Any) -> list:
     return found
 
 
-def fresh_compile_args(args: dict, strategy: Any = None, placed: Callable[[Any], bool] | None = None) -> dict:
-    """Compile arguments whose metric and loss objects are new instances (created where they are used),
-    but the user's own metrics whose variables all live in `strategy` (made in it: after `import kscale`),
-    or all are `placed` (a keras.distribution's test of a variable), and the losses (Keras 3's are
-    stateless), which stay as they are: a metric of a lambda cannot be made again from its config, and the
-    user reads their own objects' state."""
-    if placed is None and strategy is not None:
-
-        def placed(variable: Any) -> bool:
-            return strategy.extended.variable_created_in_scope(variable.value)
+def fresh_compile_args(args: dict, created_here: Callable[[Any], bool]) -> dict:
+    """Compile arguments whose metric objects are new instances (created where they are used), but the
+    user's own metrics whose variables were all `created_here` (the backend's test: in its strategy's scope,
+    on its devices) and the losses (Keras 3's are stateless), which stay as they are: a metric of a lambda
+    cannot be made again from its config, and the user reads their own objects' state."""
 
     def keep(obj: Any) -> bool:
-        if isinstance(obj, keras.losses.Loss):
-            return placed is not None
-        return placed is not None and all(placed(v) for v in obj.variables)
+        return isinstance(obj, keras.losses.Loss) or all(created_here(v) for v in obj.variables)
 
     return _fresh_compile_args(args, keras, keras.tree.map_structure, keep=keep)
 

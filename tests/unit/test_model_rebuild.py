@@ -156,12 +156,16 @@ def test_subclassed_model_without_get_config_is_a_model_error(strategy):
 def test_cloned_compile_args_have_new_metric_and_loss_objects():
     loss = tf.keras.losses.Huber(delta=2.0)
     metric = tf.keras.metrics.MeanAbsoluteError(name="err")
-    cloned = clone_compile_args({"loss": loss, "metrics": [metric, "mse"], "loss_weights": [1.0]})
+    args = {"loss": loss, "metrics": [metric, "mse"], "loss_weights": [1.0]}
+    cloned = clone_compile_args(args, created_here=lambda variable: False)
     assert cloned["loss"] is not loss and cloned["loss"].get_config() == loss.get_config()
     new_metric, name = cloned["metrics"]
     assert new_metric is not metric and new_metric.get_config() == metric.get_config()
     assert name == "mse"
     assert cloned["loss_weights"] == [1.0]
+    # A metric whose variables were made where the backend trains stays the user's own (a loss never)
+    kept = clone_compile_args(args, created_here=lambda variable: True)
+    assert kept["metrics"][0] is metric and kept["loss"] is not loss
 
 
 @pytest.mark.parametrize(
