@@ -81,6 +81,11 @@ def split(filepath: str) -> tuple[str, str]:
     return folder or ".", name
 
 
+def is_local(path: str) -> bool:
+    """Whether `path` is a plain local path (no URL scheme, file:// included), which os.* functions take."""
+    return "://" not in str(path)
+
+
 def renames_folders(filepath: str) -> bool:
     """True where a folder can be renamed with its contents in one step: local file systems."""
     return "://" not in filepath or filepath.startswith("file://")

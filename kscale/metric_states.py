@@ -106,6 +106,13 @@ def reduce_rows(row: np.ndarray, how: str) -> np.ndarray:
     return row.sum(axis=0)
 
 
+def share_of(value: np.ndarray, how: str, holds_all: bool) -> np.ndarray:
+    """A replica's share of a state combined over every replica (`how`: reduction_of's), so that the
+    replicas' shares combine to `value` again, to the last bit: the one that `holds_all` gets it, every other
+    a summed state's zero and any other state's value itself (a mean, a maximum, the first's)."""
+    return value if holds_all or how != "sum" else np.zeros_like(value)
+
+
 def user_metrics_declaring_nothing(metrics: list) -> list[str]:
     """'name (Class)' of each metric of a class neither Keras' nor declaring how its states combine."""
     found = []

@@ -104,7 +104,7 @@ def stop_for(
         return None
     notice = Notice(environment.current().preemption_file, asked)
     mid_epoch = [b.save_freq for b in backups if backs_up_inside_an_epoch(b)]
-    at_batches = shares_backups and bool(mid_epoch) and "://" not in str(backups[0].backup_dir)
+    at_batches = shares_backups and bool(mid_epoch) and checkpoint_io.is_local(backups[0].backup_dir)
     return _stop_callback_type(keras_callbacks.Callback, at_batches)(
         notice, gather, is_chief, backups[0].backup_dir, mid_epoch
     )

@@ -21,7 +21,7 @@ from kscale.backends.base import Backend
 from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError
-from kscale.metric_states import declared_reductions, log_value, reduce_rows, results_from_states
+from kscale.metric_states import declared_reductions, log_value, reduce_rows, results_from_states, share_of
 from kscale.model_steps import Layer
 
 
@@ -137,8 +137,7 @@ class StrategyBackend(Backend):
         self.compile_in_scope(compile_fn, optimizer, args, options)
 
     def created_here(self, variable: Any) -> bool:
-        backing = variable if isinstance(variable, tf.Variable) else variable.value
-        return self.strategy.extended.variable_created_in_scope(backing)
+        return self.strategy.extended.variable_created_in_scope(_backing(variable))
 
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         copy = self.family.clone_optimizer(optimizer, options)
@@ -187,10 +186,8 @@ class StrategyBackend(Backend):
             if how in ("sum", "mean", "first"):
                 out.append(np.asarray(variable.numpy()))
                 continue
-            backing = variable if isinstance(variable, tf.Variable) else variable.value
-            mine = np.stack(
-                [np.asarray(v.numpy(), np.float64) for v in self.strategy.experimental_local_results(backing)]
-            )
+            copies = self.strategy.experimental_local_results(_backing(variable))
+            mine = np.stack([np.asarray(v.numpy(), np.float64) for v in copies])
             rows = np.zeros((self.num_workers, *mine.shape), np.float64)
             rows[self.worker_index] = mine
             if self.num_workers > 1:
@@ -200,15 +197,12 @@ class StrategyBackend(Backend):
         return out
 
     def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
-        """Each replica's own copy set: the job's first replica holds the combined states, every other one
-        a summed state's zero and the others' value itself (a mean, a maximum, the first's), so that the
-        strategy's reading, or the declared combination, gives `values` again, to the last bit."""
+        """Each replica's own copy set to its share (metric_states.share_of), the job's first replica's
+        holding the combined states: the strategy's reading, or the declared combination, gives `values`."""
         for variable, value, how in zip(variables, values, reductions):
-            backing = variable if isinstance(variable, tf.Variable) else variable.value
-            for index, copy in enumerate(self.strategy.experimental_local_results(backing)):
-                first = self.is_chief and index == 0
+            for index, copy in enumerate(self.strategy.experimental_local_results(_backing(variable))):
                 own = np.asarray(value, dtype=copy.dtype.as_numpy_dtype)
-                copy.assign(own if first or how != "sum" else np.zeros_like(own))
+                copy.assign(share_of(own, how, holds_all=self.is_chief and index == 0))
 
     def local_values(self, variables: list) -> list[np.ndarray]:
         # This worker's first copy of each: reading a sync-on-read variable whole is a collective.
@@ -478,6 +472,11 @@ class OneHostMirrored(StrategyBackend):
             "replicated: make the GPUs visible (CUDA_VISIBLE_DEVICES), or pass devices=[...]; on CPU, split it "
             "into logical devices with tf.config.set_logical_device_configuration before `import kscale`"
         ]
+
+
+def _backing(variable: Any) -> tf.Variable:
+    """The TensorFlow variable behind `variable`: itself (tf.keras), or a Keras 3 variable's `value`."""
+    return variable if isinstance(variable, tf.Variable) else variable.value
 
 
 def _existing_weights(model: Any) -> list:

@@ -36,7 +36,7 @@ from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
-from kscale.metric_states import reduce_by_aggregation, results_from_states
+from kscale.metric_states import reduce_by_aggregation, results_from_states, share_of
 from kscale.subclassing import same_named_subclass
 
 
@@ -177,11 +177,10 @@ class TorchBackend(Backend):
         return reduce_by_aggregation(variables, rows, reductions)
 
     def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
-        """The chief holds the combined states; every other process a summed state's zero and the others'
-        value itself (a mean, a maximum, the first's): combined again, they are `values`."""
+        """Each process its share (metric_states.share_of), the chief's holding the combined states."""
         for variable, value, how in zip(variables, values, reductions):
             value = np.asarray(value, dtype=np.asarray(variable.numpy()).dtype)
-            variable.assign(value if self.is_chief or how != "sum" else np.zeros_like(value))
+            variable.assign(share_of(value, how, holds_all=self.is_chief))
 
     def _gather_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Every process's `arrays` (the same shapes everywhere), each as one row per process."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import keras
 
-from kscale import _keras_private
+from kscale import _keras_private, checkpoint_io
 
 #: The folder inside the backup folder where the next backup is written.
 STAGING = ".kscale-next"
@@ -30,7 +30,7 @@ JOURNAL = ".kscale-commit"
 
 def journaled(backup: Any) -> bool:
     """Whether `backup` (a Keras 3 BackupAndRestore) is written through the journal: a local folder."""
-    return "://" not in str(backup.backup_dir)
+    return checkpoint_io.is_local(backup.backup_dir)
 
 
 def staged_writer(backup: Any) -> Any:

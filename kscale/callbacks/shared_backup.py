@@ -144,14 +144,14 @@ class SharedBackup(keras.callbacks.Callback):
             variables, reductions = self._metric_states()
             states = self.backend.combined_metric_states(variables, reductions)
             position = _keras_private.backup_position(self._writer) if self._journaled else None
+            inside = None
             if position is not None:
-                self._job["inside_epoch"] = {
+                inside = {
                     "epoch": position[0],
                     "batch": position[1],
                     "metric_states": [np.asarray(state).tolist() for state in states],
                 }
-            self._commit()
-            self._job.pop("inside_epoch", None)
+            self._commit(inside)
 
     def resumes_after(self, batch: int) -> bool:
         """Whether a backup written after `batch` of the epoch under way resumes at the next batch, as if
@@ -166,10 +166,13 @@ class SharedBackup(keras.callbacks.Callback):
         self._writer.on_epoch_end(epoch, logs)
         self._commit()
 
-    def _commit(self) -> None:
+    def _commit(self, inside_epoch: dict | None = None) -> None:
+        """The staged backup committed with this job's record, and the epoch's position and metric states
+        where it was written `inside_epoch`."""
         if self._journaled:
+            record = self._job if inside_epoch is None else {**self._job, "inside_epoch": inside_epoch}
             backup_journal.commit_if_staged(
-                self.backup, self._writer, beside={JOB_RECORD: json.dumps(self._job)}
+                self.backup, self._writer, beside={JOB_RECORD: json.dumps(record)}
             )
 
     def _metric_states(self) -> tuple[list, list[str]]:
