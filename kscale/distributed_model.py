@@ -158,9 +158,8 @@ def _fit_in_this_world(
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
     keras = backend.family.keras_module()
     given = list(a.get("callbacks") or [])
-    shares_backups = backend.family.backup_to_share() is not None
     preemption_stop = preemption.stop_for(
-        given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice, shares_backups
+        given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice
     )
     metrics = metric_states.metric_objects(self, keras.metrics.Metric)
     step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)

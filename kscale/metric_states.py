@@ -113,6 +113,14 @@ def share_of(value: np.ndarray, how: str, holds_all: bool) -> np.ndarray:
     return value if holds_all or how != "sum" else np.zeros_like(value)
 
 
+def assign_shares(variables: list, values: list, reductions: list[str], holds_all: bool) -> None:
+    """Each of this process's metric state `variables` set to its share (share_of) of the combined `values`:
+    for backends whose processes each hold their own states, combined when read (torch, Horovod)."""
+    for variable, value, how in zip(variables, values, reductions):
+        value = np.asarray(value, dtype=np.asarray(variable.numpy()).dtype)
+        variable.assign(share_of(value, how, holds_all=holds_all))
+
+
 def user_metrics_declaring_nothing(metrics: list) -> list[str]:
     """'name (Class)' of each metric of a class neither Keras' nor declaring how its states combine."""
     found = []

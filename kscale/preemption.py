@@ -7,11 +7,11 @@ named by `KSCALE_PREEMPTION_FILE`, or the script can pass `distribute(model, pre
 function asked where the workers agree (one that raises counts as no notice, with a warning: a worker must
 not leave the others waiting in the next collective). The notice may reach one worker only, so the workers
 agree, with one collective of one number, as TensorFlow's `PreemptionCheckpointHandler` and JAX's
-`reached_preemption_sync_point` agree on a step: at each epoch's end, after its backup, and under Keras 3
-also at each batch a `BackupAndRestore(save_freq=N)` backs up after, which kscale resumes at the next batch
-(kscale/callbacks/shared_backup.py). tf.keras restores such a backup's step count but starts the epoch's
-data from its first batch, so there only an epoch's end resumes exactly. Without a `BackupAndRestore` in
-fit's callbacks nothing here runs: SIGTERM ends the process as it did.
+`reached_preemption_sync_point` agree on a step: at each epoch's end, after its backup, and also at each
+batch a `BackupAndRestore(save_freq=N)` backs up after, which kscale resumes at the next batch (Keras 3:
+kscale/callbacks/shared_backup.py; tf.keras: kscale/keras2/backup_inside_epoch.py), where the backup's
+folder is local or shared (not gs://). Without a `BackupAndRestore` in fit's callbacks nothing here runs:
+SIGTERM ends the process as it did.
 
 143 is 128 + SIGTERM, what a process the notice had killed would report, and an exit status that
 restart policies retry (Kubeflow's `ExitCode` policy retries it; 1 is a permanent error to it).
@@ -86,13 +86,12 @@ def stop_for(
     gather: Callable[[np.ndarray], np.ndarray],
     is_chief: bool,
     asked: Callable[[], bool] | None = None,
-    shares_backups: bool = False,
 ) -> Any | None:
     """The callback that stops fit for a notice where `callbacks` hold a BackupAndRestore of the family's
-    Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice;
-    `shares_backups`: the family's backups go through kscale's shared backup (Keras 3's), which resumes one
-    written inside an epoch at the next batch where its folder is local or shared (not gs://): the stop
-    then also agrees at those batches (only then has it batch hooks: Keras runs them at every step)."""
+    Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice.
+    kscale resumes a backup written inside an epoch at the next batch where its folder is local or shared
+    (not gs://: Keras 3's journal is local): the stop then also agrees at those batches (only then has it
+    batch hooks: Keras runs them at every step)."""
     backups = [cb for cb in callbacks if isinstance(cb, keras_callbacks.BackupAndRestore)]
     if not backups:
         if asked is not None:
@@ -104,7 +103,7 @@ def stop_for(
         return None
     notice = Notice(environment.current().preemption_file, asked)
     mid_epoch = [b.save_freq for b in backups if backs_up_inside_an_epoch(b)]
-    at_batches = shares_backups and bool(mid_epoch) and checkpoint_io.is_local(backups[0].backup_dir)
+    at_batches = bool(mid_epoch) and checkpoint_io.is_local(backups[0].backup_dir)
     return _stop_callback_type(keras_callbacks.Callback, at_batches)(
         notice, gather, is_chief, backups[0].backup_dir, mid_epoch
     )
@@ -117,7 +116,7 @@ def backs_up_inside_an_epoch(backup: Any) -> bool:
 
 def also_at_backups_inside_epochs(stop: Any | None, callbacks: list) -> None:
     """The stop also agrees at each batch where one of a worker's `callbacks` wrote a backup that resumes
-    at the next batch (one with `resumes_after(batch)`: Keras 3's shared backup), not only at epoch ends."""
+    at the next batch (one with `resumes_after(batch)`), not only at epoch ends."""
     if stop is not None:
         stop.resuming_inside_epochs = [cb for cb in callbacks if callable(getattr(cb, "resumes_after", None))]
 
@@ -153,11 +152,11 @@ def notes(stop: Any | None, shuffled: bool = False) -> list[str]:
         )
     elif stop.mid_epoch_backups:
         said.append(
-            f"BackupAndRestore(save_freq={stop.mid_epoch_backups[0]}) also backs up in the middle of an epoch: "
-            "a job resumed from such a backup (after a kill without notice) does not end as an uninterrupted "
-            "run would: Keras 3 (with a gs:// backup) starts that epoch again from its first batch, tf.keras "
-            "goes on from the step it was written at but reads that epoch's data again from its first batch, "
-            "as each does in one process; save_freq='epoch' resumes exactly"
+            f"BackupAndRestore(save_freq={stop.mid_epoch_backups[0]}) also backs up in the middle of an epoch, "
+            "into a folder that is not local (gs://): a notice stops the job at an epoch's end only, and a job "
+            "resumed from a backup inside an epoch (after a kill without notice) under Keras 3 starts that "
+            "epoch again from its first batch, as Keras does in one process; save_freq='epoch', or a local "
+            "or shared folder, resumes exactly"
         )
     if shuffled:
         # Measured (Keras 3 on JAX, 2 processes): resumed 0.17 from the uninterrupted run's weights, and
@@ -190,8 +189,8 @@ def _stop_callback_type(callback: type, at_batches: bool) -> type:
             #: The save_freq of each BackupAndRestore that also backs up inside an epoch (for the plan).
             self.mid_epoch_backups = mid_epoch_backups
             self.notice = notice
-            #: The backups that resume at the batch after one written inside an epoch (Keras 3's
-            #: SharedBackup: `resumes_after(batch)`): a notice also stops every worker there.
+            #: The backups that resume at the batch after one written inside an epoch (`resumes_after(batch)`:
+            #: Keras 3's SharedBackup, tf.keras' ResumeInsideEpoch): a notice also stops every worker there.
             self.resuming_inside_epochs: list = []
             self._epoch = 0
             self._gather = gather
@@ -232,7 +231,7 @@ def _stop_callback_type(callback: type, at_batches: bool) -> type:
         stops_inside_epochs = True
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            """Where a backup written at this batch resumes at the next one (Keras 3's, shared_backup):
+            """Where a backup written at this batch resumes at the next one (`resuming_inside_epochs`):
             the workers agree there, on the same batch everywhere, the backup already written."""
             if any(backup.resumes_after(batch) for backup in self.resuming_inside_epochs):
                 where = f"batch {batch + 1} of epoch {self._epoch + 1}"

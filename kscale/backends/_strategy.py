@@ -32,8 +32,6 @@ class StrategyBackend(Backend):
         super().__init__(env, devices)
         self._strategy: tf.distribute.Strategy | None = None
         self._process_strategy = False  # set as the process's strategy by at_import
-        #: Whether the fit being planned reads the user's tf.data dataset a new pass each epoch (_epochs)
-        self._passes_each_epoch = False
 
     def at_import(self) -> None:
         """Make the strategy the process's own (tf.distribute.experimental_set_strategy) until the first
@@ -236,8 +234,6 @@ class StrategyBackend(Backend):
 
     # -- data: this worker's part, as a distributed dataset ----------------------------------------------
     def feed(self, x: Any, y: Any, sample_weight: Any, request: feeds.FeedRequest) -> feeds.Feed:
-        if not request.evaluation:  # a new fit: set again where it reads a dataset a pass an epoch
-            self._passes_each_epoch = False
         part = tf_data.worker_part(x, y, sample_weight, request)
         if part.kind is feeds.Kind.OTHER:
             return feeds.one_process_feed(part, request)
@@ -303,7 +299,6 @@ class StrategyBackend(Backend):
             return dataset, None
         if user_dataset and steps == available:
             tf_orders.check_not_cut_short(x)
-            self._passes_each_epoch = True
             iterators = self.family.fit_iterators
             passes = tf_orders.epochs_in_one_process_order(
                 dataset.take(per_epoch), x, request.epochs, iterators
@@ -322,22 +317,6 @@ class StrategyBackend(Backend):
         # Keras does not restart a distributed dataset between epochs when steps are given: take
         # exactly one epoch's batches and repeat them, so every epoch is one full pass.
         return dataset.take(per_epoch).repeat(), None
-
-    def callbacks(self, user_callbacks: list, declared_states: bool = False) -> list:
-        """The base's; refused where a backup would resume inside an epoch of a dataset read a pass an epoch:
-        the epoch resumed runs fewer steps than a pass holds, and every later epoch would start at another
-        batch than one process's (generated program 1498 of lane A: 0.006 off, silently)."""
-        inside = [cb for cb in user_callbacks if self.family.backup_resumes_at_its_step_on_fresh_data(cb)]
-        if inside and self._passes_each_epoch:
-            raise DataError(
-                f"BackupAndRestore(save_freq={inside[0].save_freq}) backs up inside an epoch, and tf.keras "
-                "resumes such a backup at its step, with the rest of that epoch read from the dataset's first "
-                f"batch; under {type(self.strategy).__name__} kscale reads your tf.data dataset as one stream "
-                "of epochs, so after such a resume every later epoch would start at another batch than in one "
-                "process. Use save_freq='epoch' (a preemption notice stops every worker at an epoch's end "
-                "anyway, and the resume is exact), or Horovod, which reads the dataset as one process does."
-            )
-        return super().callbacks(user_callbacks, declared_states)
 
     def _uneven_feed(self, x: Any, part: feeds.WorkerPart, request: feeds.FeedRequest) -> feeds.Feed:
         """Evaluation to the last sample: every replica runs the same number of steps, and no replica is

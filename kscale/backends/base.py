@@ -222,6 +222,7 @@ class Backend(abc.ABC):
         collective = self.saves_are_collective and self.num_workers > 1
         everywhere = self.family.collectively_saving_callbacks() if collective else ()
         callbacks = for_this_worker(callbacks, self.is_chief, self.chief_only_callback_types(), everywhere)
+        callbacks = [c for cb in callbacks for c in (cb, *self.family.backup_companions(cb, self))]
         shared = self.family.backup_to_share()
         if shared is None:
             return callbacks

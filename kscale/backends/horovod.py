@@ -23,7 +23,7 @@ from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError, DataError, OptionError
 from kscale.keras2 import rebuild
 from kscale.keras2.family import Keras2Family
-from kscale.metric_states import reduce_rows, results_from_states
+from kscale.metric_states import assign_shares, reduce_rows, results_from_states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +211,13 @@ class HorovodBackend(Backend):
         for i, value in zip(bundled, reduce_in_groups(values, keys, allreduce)):
             reduced[i] = value
         return reduced
+
+    def combined_metric_states(self, variables: list, reductions: list[str]) -> list[np.ndarray]:
+        return [np.asarray(state) for state in self._reduced_states(variables, reductions)]
+
+    def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
+        """Each worker its share (metric_states.share_of), the chief's holding the combined states."""
+        assign_shares(variables, values, reductions, self.is_chief)
 
     def predict(
         self, model: Any, method: str, keras_method: Any, arguments: dict, options: HorovodOptions

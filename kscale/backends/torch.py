@@ -36,7 +36,7 @@ from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
 from kscale.keras3.family import Keras3Family, Keras3Options
-from kscale.metric_states import reduce_by_aggregation, results_from_states, share_of
+from kscale.metric_states import assign_shares, reduce_by_aggregation, results_from_states
 from kscale.subclassing import same_named_subclass
 
 
@@ -178,9 +178,7 @@ class TorchBackend(Backend):
 
     def restore_metric_states(self, variables: list, values: list[np.ndarray], reductions: list[str]) -> None:
         """Each process its share (metric_states.share_of), the chief's holding the combined states."""
-        for variable, value, how in zip(variables, values, reductions):
-            value = np.asarray(value, dtype=np.asarray(variable.numpy()).dtype)
-            variable.assign(share_of(value, how, holds_all=self.is_chief))
+        assign_shares(variables, values, reductions, self.is_chief)
 
     def _gather_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Every process's `arrays` (the same shapes everywhere), each as one row per process."""

@@ -14,7 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from kscale import _keras_private, feeds, loss_reduction, preemption, step_weights, tf_data, tf_feeds
-from kscale.keras2 import learning_rate, rebuild
+from kscale.keras2 import backup_inside_epoch, learning_rate, rebuild
 from kscale.rebuild import refuse_stateful, stateful_error
 
 _STATEFUL_UNDER_STRATEGIES = (
@@ -166,9 +166,10 @@ class Keras2Family:
         """Nothing: tf.keras' BackupAndRestore runs on every worker as its backend runs it."""
         return None
 
-    def backup_resumes_at_its_step_on_fresh_data(self, callback: Any) -> bool:
-        """Whether `callback` is a BackupAndRestore whose backups resume at their step on the epoch's data
-        from its first batch: tf.keras restores the step a `save_freq=N` backup was written at and runs
-        that epoch's remaining steps on the data from the epoch's first batch."""
+    def backup_companions(self, callback: Any, backend: Any) -> list:
+        """What runs after `callback`, a BackupAndRestore that backs up inside an epoch: what resumes such a
+        backup at the batch after it, exactly (kscale/keras2/backup_inside_epoch.py)."""
         backup = tf.keras.callbacks.BackupAndRestore
-        return isinstance(callback, backup) and preemption.backs_up_inside_an_epoch(callback)
+        if isinstance(callback, backup) and preemption.backs_up_inside_an_epoch(callback):
+            return [backup_inside_epoch.ResumeInsideEpoch(callback, backend)]
+        return []

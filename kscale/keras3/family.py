@@ -214,10 +214,10 @@ class Keras3Family:
         (kscale.callbacks.shared_backup)."""
         return keras.callbacks.BackupAndRestore
 
-    def backup_resumes_at_its_step_on_fresh_data(self, callback: Any) -> bool:
-        """Never: under kscale a Keras 3 backup written inside an epoch resumes at the batch after it, the
-        epoch's batches before it read again, untrained (kscale/callbacks/shared_backup.py)."""
-        return False
+    def backup_companions(self, callback: Any, backend: Any) -> list:
+        """Nothing: kscale's shared backup itself resumes a Keras 3 backup written inside an epoch at the
+        batch after it (kscale/callbacks/shared_backup.py)."""
+        return []
 
 
 def _accumulation_steps(optimizer: Any) -> int:

@@ -104,10 +104,9 @@ class Job:
 
     def stops_inside_epochs(self) -> bool:
         """Whether a program stops its fit inside an epoch, to fit again from a `BackupAndRestore(save_freq=N)`
-        backup. Under Keras 3 kscale resumes such a backup at the batch after it, as if never stopped, so
-        one process's reference is the run that never stopped; tf.keras' is plain Keras resumed alike
-        (it goes on from the backup's step and reads that epoch's data from its first batch)."""
-        return not (self.reference and KERAS.generation == 3)
+        backup. kscale resumes such a backup at the batch after it, as if never stopped, so one process's
+        reference is the run that never stopped."""
+        return not self.reference
 
     def steps(self, per_replica: int) -> int:
         """steps_per_epoch (validation_steps, steps) as a script at the per-replica batch counts them: one

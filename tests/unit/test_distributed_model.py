@@ -455,19 +455,35 @@ def test_the_plan_names_batch_normalization_that_is_not_synchronized(distribute_
         assert bool(notes) == named
 
 
-def test_a_backup_inside_an_epoch_of_a_dataset_a_strategy_reads_is_refused_in_that_fit_only(tmp_path):
-    """tf.keras resumes a save_freq=N backup at its step; a strategy reads a tf.data dataset a pass an
-    epoch, so later epochs would start at other batches than one process's (program
-    backup_inside_an_epoch_dataset): refused before training. Arrays, or backups at epoch ends, train."""
+@pytest.mark.parametrize("backend", ["single", "mirrored"])
+def test_a_backup_inside_an_epoch_resumes_at_the_batch_after_it_as_if_never_stopped(backend, tmp_path):
+    """tf.keras resumes a save_freq=N backup at its step on the epoch's data from its first batch, its
+    metrics from zero; kscale reads the batches the backup had trained first and restores the epoch's
+    metric states (kscale/keras2/backup_inside_epoch.py): a tf.data dataset (a strategy reads it as one
+    stream of epochs: program backup_inside_an_epoch_dataset) ends as the run never stopped."""
     x, y = regression_data(16)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
-    model = kscale.distribute(tiny_model(), backend="mirrored", devices=["CPU:0"], print_plan=False)
-    inside = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "inside"), save_freq=2)
-    with pytest.raises(kscale.DataError, match=r"BackupAndRestore\(save_freq=2\) backs up inside an epoch"):
-        model.fit(dataset, epochs=2, verbose=0, callbacks=[inside])
-    assert model.optimizer.iterations.numpy() == 0  # nothing trained
-    arrays = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "arrays"), save_freq=2)
-    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[arrays])
-    at_ends = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "ends"))
-    model.fit(dataset, epochs=1, verbose=0, callbacks=[at_ends])
-    assert model.optimizer.iterations.numpy() == 8
+    devices = {"devices": ["CPU:0"]} if backend == "mirrored" else {}
+
+    class Interrupt(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch == 1 and batch == 2:
+                raise RuntimeError("interrupted")
+
+    def fit(callbacks):
+        model = kscale.distribute(tiny_model(metrics=["mae"]), backend=backend, print_plan=False, **devices)
+        return model, model.fit(dataset, epochs=3, verbose=0, callbacks=callbacks)
+
+    never_stopped, whole = fit([])
+    backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit([backup, Interrupt()])
+    resumed, history = fit([backup])
+    assert resumed.optimizer.iterations.numpy() == 12
+    np.testing.assert_allclose(resumed.get_weights()[0], never_stopped.get_weights()[0], atol=1e-6)
+    for name in ("loss", "mae"):
+        np.testing.assert_allclose(history.history[name], whole.history[name][1:], rtol=1e-5)
+    assert not (tmp_path / "backup").exists() or not list((tmp_path / "backup").iterdir())  # all deleted

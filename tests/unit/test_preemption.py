@@ -143,12 +143,15 @@ def test_without_a_backup_nothing_listens(single_process):
     assert handlers == [signal.getsignal(signal.SIGTERM)]
 
 
-def test_the_plan_says_a_backup_inside_an_epoch_does_not_resume_exactly(single_process):
-    callbacks = [tf.keras.callbacks.BackupAndRestore("/tmp/unused", save_freq=5)]
-    stop = preemption.stop_for(callbacks, tf.keras.callbacks, lambda v: v[None], True)
-    notes = preemption.notes(stop)
-    assert "preemption notice" in notes[0] and "save_freq=5" in notes[1] and "save_freq='epoch'" in notes[1]
-    assert "tf.keras goes on from the step it was written at" in notes[1]  # Keras 3: from the epoch's start
+def test_the_plan_says_a_backup_inside_an_epoch_resumes_exactly_unless_on_gs(single_process):
+    local = [tf.keras.callbacks.BackupAndRestore("/tmp/unused", save_freq=5)]
+    notes = preemption.notes(preemption.stop_for(local, tf.keras.callbacks, lambda v: v[None], True))
+    assert (
+        "once BackupAndRestore(save_freq=5) next backs up" in notes[0] and "as if never stopped" in notes[1]
+    )
+    on_gs = [tf.keras.callbacks.BackupAndRestore("gs://bucket/backup", save_freq=5)]
+    notes = preemption.notes(preemption.stop_for(on_gs, tf.keras.callbacks, lambda v: v[None], True))
+    assert "at the end of the epoch under way" in notes[0] and "not local (gs://)" in notes[1]
     every_epoch = [tf.keras.callbacks.BackupAndRestore("/tmp/unused")]
     assert (
         len(preemption.notes(preemption.stop_for(every_epoch, tf.keras.callbacks, lambda v: v[None], True)))
@@ -159,18 +162,19 @@ def test_the_plan_says_a_backup_inside_an_epoch_does_not_resume_exactly(single_p
 
 def test_the_stop_has_batch_hooks_only_where_it_stops_inside_epochs(single_process):
     """Keras runs a callback's batch hooks at every step (and waits for each step's logs there): the stop
-    has them only for backups that resume inside an epoch (Keras 3's shared ones, on a local folder)."""
+    has them only for backups inside an epoch, which kscale resumes at the next batch (a local folder)."""
     gather = lambda v: v[None]  # noqa: E731
     base = tf.keras.callbacks.Callback.on_train_batch_end
+    stop = preemption.stop_for(
+        [tf.keras.callbacks.BackupAndRestore("/tmp/unused")], tf.keras.callbacks, gather, True
+    )
+    assert type(stop).on_train_batch_end is base and not stop.stops_inside_epochs
     inside = [tf.keras.callbacks.BackupAndRestore("/tmp/unused", save_freq=5)]
-    for callbacks, shares in ((inside, False), ([tf.keras.callbacks.BackupAndRestore("/tmp/unused")], True)):
-        stop = preemption.stop_for(callbacks, tf.keras.callbacks, gather, True, None, shares)
-        assert type(stop).on_train_batch_end is base and not stop.stops_inside_epochs
-    stop = preemption.stop_for(inside, tf.keras.callbacks, gather, True, None, shares_backups=True)
+    stop = preemption.stop_for(inside, tf.keras.callbacks, gather, True)
     assert type(stop).on_train_batch_end is not base and stop.stops_inside_epochs
     assert "once BackupAndRestore(save_freq=5) next backs up" in preemption.notes(stop)[0]
     on_gs = [tf.keras.callbacks.BackupAndRestore("gs://bucket/backup", save_freq=5)]
-    assert not preemption.stop_for(on_gs, tf.keras.callbacks, gather, True, None, True).stops_inside_epochs
+    assert not preemption.stop_for(on_gs, tf.keras.callbacks, gather, True).stops_inside_epochs
 
 
 def test_the_plan_says_a_resumed_job_shuffles_as_a_new_run(single_process):

@@ -2,38 +2,25 @@
 the same backup, as keras.io's BackupAndRestore example does: arrays, a metric of Keras' and one of the
 user's own (a running maximum: `kscale.combine_states`), validation data, then evaluate.
 
-Keras alone starts the stopped epoch again from its first batch with the backup's weights (its first
-batches trained twice). Under Keras 3 kscale resumes at the batch after the backup: the epoch's batches up
-to it are read again, not trained, and the epoch's metrics go on from the states kept beside the backup,
-so the weights, History and evaluate are those of one process that was never stopped."""
+Keras 3 alone starts the stopped epoch again from its first batch with the backup's weights (its first
+batches trained twice); tf.keras goes on at the backup's step but on the epoch's data from its first batch,
+its metrics from zero. kscale resumes at the batch after the backup: the epoch's batches up to it are read
+again, not trained, and the epoch's metrics go on from the states kept beside the backup, so the weights,
+History and evaluate are those of one process that was never stopped."""
 
 import numpy as np
 
-import kscale
 from tests.conformance.harness import data
+from tests.conformance.programs.metric_running_max import metric_classes
 
-FAMILIES = ("keras3-tf", "keras3-jax", "keras3-torch")
+FAMILIES = ("keras2", "keras3-tf", "keras3-jax", "keras3-torch")
 EXACT = True
 
 
 def main(job):
     keras = job.keras
 
-    @kscale.combine_states(largest="max")
-    class LargestError(keras.metrics.Metric):
-        def __init__(self, name="largest_error", **kwargs):
-            super().__init__(name=name, **kwargs)
-            self.largest = self.add_variable(shape=(), initializer="zeros", name="largest")
-
-        def update_state(self, y_true, y_pred, sample_weight=None):
-            error = keras.ops.max(keras.ops.abs(keras.ops.cast(y_true, y_pred.dtype) - y_pred))
-            self.largest.assign(keras.ops.maximum(self.largest, error))
-
-        def result(self):
-            return self.largest * 1.0  # a tensor: Keras 3 on JAX takes no variable as a result
-
-        def reset_state(self):
-            self.largest.assign(0.0)
+    LargestError = metric_classes(keras)[0]  # a running maximum, declared with kscale.combine_states
 
     class Interrupt(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):

@@ -4,19 +4,14 @@ again with the same backup (generated program 1498 of lane A, seeds' mid-epoch v
 tf.keras resumes such a backup at its step, with the rest of that epoch read from the dataset's first
 batch, and the next epoch from a new pass. A tf.distribute strategy reads the dataset as one stream of
 epochs under kscale (a pass each), so every epoch after the resumed one started at another batch: 0.006
-off, ranks identical, silently. There it stops with a DataError saying to back up at epoch ends (or to use
-Horovod); Horovod reads the dataset as one process does and resumes exactly. Under Keras 3 kscale resumes
-at the batch after the backup, reading that epoch's batches up to it again without training them: every
-way ends as one process that was never stopped (job.stops_inside_epochs)."""
+off, ranks identical, silently (kscale then refused it). Now kscale resumes at the batch after the backup
+in every way, reading that epoch's batches up to it again without training them: every way ends as one
+process that was never stopped (job.stops_inside_epochs)."""
 
 from tests.conformance.harness import data
 
 FAMILIES = ("keras2", "keras3-tf")
 EXACT = True
-EXPECT_ERROR_UNDER = {
-    "keras2/mirrored": "DataError: BackupAndRestore(save_freq=2) backs up inside an epoch",
-    "keras2/multi_worker": "DataError: BackupAndRestore(save_freq=2) backs up inside an epoch",
-}
 
 
 def main(job):

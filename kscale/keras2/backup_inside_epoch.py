@@ -1,0 +1,188 @@
+"""tf.keras' `BackupAndRestore(save_freq=N)` in a job: a backup written inside an epoch resumes at the batch
+after it, as if the job had never stopped.
+
+tf.keras restores such a backup's step, and fit runs that epoch's remaining steps, but on the epoch's data
+from its first batch (a new iterator) and with the epoch's metrics from zero: the epoch's first batches are
+trained twice, its last ones never, and every later epoch of a dataset read as one stream (a strategy's,
+kscale's tf_data) starts at another batch. Here, beside each such backup, the chief writes the epoch's
+metric states combined over every replica (RECORD, atomically through gfile). A fit that tf.keras resumes
+at step k of an epoch first reads the epoch's first k batches through the model's test step (nothing is
+trained; the data goes on where it was, and the metrics are built, as tf.keras builds them in the first
+step), then sets the metric states from the record: weights, History and evaluate are those of the run
+never stopped. Where the record is not the backup's (another number of processes or of steps an epoch, or
+a kill between the backup and the record) the data still goes on where it was, and the chief says that
+the epoch's metrics count its batches after the backup only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from kscale import checkpoint_io, log, rebuild
+from kscale.errors import BackendError
+from kscale.metric_states import declared_reductions, reduction_of
+
+#: Beside the backup: the epoch, batch and metric states of the last backup written inside an epoch.
+RECORD = "kscale_inside_epoch.json"
+
+
+class ResumeInsideEpoch(tf.keras.callbacks.Callback):
+    """Runs after the user's `BackupAndRestore` (`backup`), on every worker of the job (`backend`)."""
+
+    def __init__(self, backup: Any, backend: Any) -> None:
+        super().__init__()
+        self.backup = backup
+        self.backend = backend
+        self._path = os.path.join(os.fspath(backup.backup_dir), RECORD)
+        #: Batches since the last backup, counted as tf.keras counts them (on, across epochs), on every
+        #: worker: under Horovod the chief alone runs the backup's own hooks.
+        self._since_backup = 0
+        self._epoch = 0
+        self._epoch_begins = False
+        #: The batch of the epoch under way after which the last backup was written (None: none yet).
+        self._backed_up_after: int | None = None
+        self._record: dict | None = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._since_backup = 0
+        self._record = None
+        if checkpoint_io.exists(self._path):
+            with tf.io.gfile.GFile(self._path) as f:
+                self._record = json.loads(f.read())
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._epoch, self._epoch_begins, self._backed_up_after = epoch, True, None
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._epoch_begins and batch > 0:  # tf.keras resumed this epoch at `batch`
+            self._resume_at(batch)
+        self._epoch_begins = False
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._since_backup += 1
+        if self._since_backup < self.backup.save_freq:
+            return
+        self._since_backup = 0  # the backup was written after this batch, on every worker alike
+        variables, reductions = self._metric_states()
+        states = self.backend.combined_metric_states(variables, reductions)
+        self._backed_up_after = batch
+        if self.backend.is_chief:
+            record = {
+                **self._job(),
+                "epoch": int(self._epoch),
+                "batch": int(batch),
+                "metric_states": [np.asarray(state).tolist() for state in states],
+            }
+            checkpoint_io.atomic_save(self._path, lambda path: _write(path, record), may_be_folder=False)
+
+    def resumes_after(self, batch: int) -> bool:
+        """Whether a backup was written after `batch` of the epoch under way (it resumes at the next batch:
+        preemption's stop then ends the job there)."""
+        return self._backed_up_after == batch
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self.backend.is_chief and self.backup.delete_checkpoint and checkpoint_io.exists(self._path):
+            tf.io.gfile.remove(self._path)
+
+    def _job(self) -> dict:
+        steps = self.params.get("steps")
+        return {
+            "processes": self.backend.num_workers,
+            "steps_per_epoch": None if steps is None else int(steps),
+        }
+
+    def _metric_states(self) -> tuple[list, list[str]]:
+        """The model's metric state variables, and how each combines over replicas."""
+        metrics = self.model.metrics
+        variables = [variable for metric in metrics for variable in metric.variables]
+        declared = declared_reductions(metrics)
+        return variables, [reduction_of(variable, declared) for variable in variables]
+
+    def _resume_at(self, step: int) -> None:
+        """tf.keras resumed the epoch at `step` on its data from the first batch: read `step` batches first,
+        then set the epoch's metric states where the record is the backup's (agreed by every worker)."""
+        record = self._record or {}
+        ours = record.get("epoch") == self._epoch and record.get("batch") == step - 1
+        ours = ours and {k: record.get(k) for k in self._job()} == self._job()
+        agreed = self.backend.gather(np.asarray([ours], np.float32))[:, 0]
+        if not np.all(agreed == agreed[0]):
+            raise BackendError(
+                f"BackupAndRestore: the workers do not read the same {RECORD} beside the backup in "
+                f"{self.backup.backup_dir!r} (process(es) {np.flatnonzero(agreed != agreed[0]).tolist()} "
+                "differ from process 0), so their metrics would differ. Put backup_dir on a file system "
+                "every process sees the same (a shared folder)."
+            )
+        read_first(self.model, step, lambda: self._restore(record["metric_states"] if ours else None, step))
+
+    def _restore(self, states: list | None, step: int) -> None:
+        """After the batches read again (the metrics built): the epoch's metric states from the record."""
+        self.model.reset_metrics()
+        epoch = self._epoch + 1
+        where = f"BackupAndRestore: epoch {epoch} resumed at batch {step + 1}"
+        variables, reductions = self._metric_states()
+        if states is not None and [np.shape(s) for s in states] == [tuple(v.shape) for v in variables]:
+            self.backend.restore_metric_states(variables, states, reductions)
+            log.chief(
+                f"{where}, after the backup written after batch {step} (its first {step} batches are read "
+                f"again, not trained; its metrics go on from the backup's){_unless_stateful(self.model)}",
+                self.backend.is_chief,
+            )
+            return
+        record = self._record or {}
+        if states is None and record.get("epoch") == self._epoch and record.get("batch", step - 1) > step - 1:
+            log.chief(
+                f"WARNING: {where} by tf.keras, but the backup was written after "
+                f"batch {record['batch'] + 1} (compile's steps_per_execution > 1: tf.keras resumes after the first "
+                "batch of the backup's last execution): that epoch's batches in between are trained "
+                "twice, so the run is not the one never stopped. Use steps_per_execution=1 with "
+                "save_freq=N, or save_freq='epoch'",
+                self.backend.is_chief,
+            )
+            return
+        log.chief(
+            f"{where} by another job (processes, steps an epoch) or without the epoch's metrics beside it: "
+            "the epoch's first batches are read again, not trained, so the weights go on as if never "
+            "stopped, but the epoch's metrics count only its batches after the backup",
+            self.backend.is_chief,
+        )
+
+
+def _unless_stateful(model: Any) -> str:
+    stateful = rebuild.stateful_layers(model)
+    if not stateful:
+        return ", as if the job had never stopped"
+    return (
+        f"; but the state of the stateful layer(s) {stateful}, which tf.keras' backup does not hold, starts "
+        "from zeros, so the rest of the run is not the one never stopped"
+    )
+
+
+def read_first(model: Any, count: int, then: Any) -> None:
+    """The next call of `model.train_function` first reads `count` batches of its iterator through the
+    model's test step (nothing trained: the data goes on, the step's metrics are built), then calls
+    `then()`, then trains; later calls train only. Keras itself sets `train_function` on the model."""
+    train = model.train_function
+    strategy = model.distribute_strategy
+
+    @tf.function
+    def read(iterator: Any) -> None:
+        strategy.run(model.test_step, args=(next(iterator),))
+
+    def first(iterator: Any) -> Any:
+        for _ in range(count):
+            read(iterator)
+        model.train_function = train
+        then()
+        return train(iterator)
+
+    model.train_function = first
+
+
+def _write(path: str, record: dict) -> None:
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(record))
