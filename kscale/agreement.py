@@ -10,11 +10,11 @@ likely causes. Framework-free: the backend reads the weights and gathers the num
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kscale.errors import DataError, RanksDivergedError
+from kscale.errors import BackendError, DataError, RanksDivergedError
 
 #: Rows of each array the data fingerprint reads: enough that two different orders of the same samples
 #: (an unseeded shuffle) differ in it, few enough to cost nothing next to training on the arrays.
@@ -74,3 +74,18 @@ def check(gathered: np.ndarray, names: Sequence[str], epoch: int) -> None:
         "a callback that changes weights on some ranks only. Fix that; to train on regardless, pass "
         "check_agreement=False to kscale.distribute()."
     )
+
+
+def check_same_backup_record(
+    gather: Callable[[np.ndarray], np.ndarray], found: bool, backup_dir: str, record: str
+) -> None:
+    """Raises unless every worker `found` (or not) the same `record` beside the backup in `backup_dir`: a
+    backup inside an epoch resumes at its batch, with the epoch's metrics, only if every worker does."""
+    agreed = gather(np.asarray([found], np.float32))[:, 0]
+    if not np.all(agreed == agreed[0]):
+        raise BackendError(
+            f"BackupAndRestore: the processes do not read the same {record} beside the backup in "
+            f"{backup_dir!r} (process(es) {np.flatnonzero(agreed != agreed[0]).tolist()} differ from process "
+            "0), so they would resume at different batches or with other metrics. Put backup_dir on a file "
+            "system every process sees the same (a shared folder)."
+        )

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from kscale import _keras_private, checkpoint_io, log, model_steps, rebuild
+from kscale import _keras_private, agreement, checkpoint_io, log, model_steps, rebuild
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
 from kscale.metric_states import declared_reductions, reduction_of
@@ -206,14 +206,9 @@ class SharedBackup(keras.callbacks.Callback):
             == [tuple(variable.shape) for variable in variables]
         ):
             found = (position[0], position[1], inside["metric_states"])
-        agreed = self.backend.gather(np.asarray([found is not None], np.float32))[:, 0]
-        if not np.all(agreed == agreed[0]):
-            raise BackendError(
-                f"BackupAndRestore: the processes do not read the same job record beside the backup in "
-                f"{self.backup.backup_dir!r} (process(es) {np.flatnonzero(agreed != agreed[0]).tolist()} "
-                "differ from process 0), so they would resume at different batches. Put backup_dir on a file "
-                "system every process sees the same (a shared folder)."
-            )
+        agreement.check_same_backup_record(
+            self.backend.gather, found is not None, self.backup.backup_dir, f"job record ({JOB_RECORD})"
+        )
         return found
 
     def _say_what_changed(self, wrote: dict) -> None:

@@ -9,9 +9,11 @@ metric states combined over every replica (RECORD, atomically through gfile). A 
 at step k of an epoch first reads the epoch's first k batches through the model's test step (nothing is
 trained; the data goes on where it was, and the metrics are built, as tf.keras builds them in the first
 step), then sets the metric states from the record: weights, History and evaluate are those of the run
-never stopped. Where the record is not the backup's (another number of processes or of steps an epoch, or
-a kill between the backup and the record) the data still goes on where it was, and the chief says that
-the epoch's metrics count its batches after the backup only.
+never stopped. Where the record is not the backup's, the chief says what differs: a loss between the backup
+and the record (the batches are read again all the same: the weights go on as never stopped, the epoch's
+metrics count its batches after the backup only); a job of another number of processes or of steps an
+epoch (tf.keras counts the backup's step in this job's batches: not the samples the backup had trained);
+compile's steps_per_execution > 1 (tf.keras resumes inside the backup's last execution).
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import checkpoint_io, log, rebuild
-from kscale.errors import BackendError
+from kscale import agreement, checkpoint_io, log, rebuild
 from kscale.metric_states import declared_reductions, reduction_of
 
 #: Beside the backup: the epoch, batch and metric states of the last backup written inside an epoch.
@@ -107,24 +108,19 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         """tf.keras resumed the epoch at `step` on its data from the first batch: read `step` batches first,
         then set the epoch's metric states where the record is the backup's (agreed by every worker)."""
         record = self._record or {}
-        ours = record.get("epoch") == self._epoch and record.get("batch") == step - 1
-        ours = ours and {k: record.get(k) for k in self._job()} == self._job()
-        agreed = self.backend.gather(np.asarray([ours], np.float32))[:, 0]
-        if not np.all(agreed == agreed[0]):
-            raise BackendError(
-                f"BackupAndRestore: the workers do not read the same {RECORD} beside the backup in "
-                f"{self.backup.backup_dir!r} (process(es) {np.flatnonzero(agreed != agreed[0]).tolist()} "
-                "differ from process 0), so their metrics would differ. Put backup_dir on a file system "
-                "every process sees the same (a shared folder)."
-            )
-        read_first(self.model, step, lambda: self._restore(record["metric_states"] if ours else None, step))
+        same_job = {k: record.get(k) for k in self._job()} == self._job()
+        ours = same_job and (record.get("epoch"), record.get("batch")) == (self._epoch, step - 1)
+        agreement.check_same_backup_record(self.backend.gather, ours, self.backup.backup_dir, RECORD)
+        read_first(self.model, step, lambda: self._restore(step, ours, same_job))
 
-    def _restore(self, states: list | None, step: int) -> None:
-        """After the batches read again (the metrics built): the epoch's metric states from the record."""
+    def _restore(self, step: int, ours: bool, same_job: bool) -> None:
+        """After the batches read again (the metrics built): the epoch's metric states from the record where
+        it is `ours` (the backup's), and the chief says where the job goes on."""
         self.model.reset_metrics()
-        epoch = self._epoch + 1
-        where = f"BackupAndRestore: epoch {epoch} resumed at batch {step + 1}"
+        record = self._record or {}
+        where = f"BackupAndRestore: epoch {self._epoch + 1} resumed at batch {step + 1}"
         variables, reductions = self._metric_states()
+        states = record.get("metric_states") if ours else None
         if states is not None and [np.shape(s) for s in states] == [tuple(v.shape) for v in variables]:
             self.backend.restore_metric_states(variables, states, reductions)
             log.chief(
@@ -133,23 +129,30 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
                 self.backend.is_chief,
             )
             return
-        record = self._record or {}
-        if states is None and record.get("epoch") == self._epoch and record.get("batch", step - 1) > step - 1:
-            log.chief(
-                f"WARNING: {where} by tf.keras, but the backup was written after "
-                f"batch {record['batch'] + 1} (compile's steps_per_execution > 1: tf.keras resumes after the first "
-                "batch of the backup's last execution): that epoch's batches in between are trained "
-                "twice, so the run is not the one never stopped. Use steps_per_execution=1 with "
-                "save_freq=N, or save_freq='epoch'",
-                self.backend.is_chief,
+        if record and not same_job:
+            said = (
+                f"WARNING: {where}, from a backup that a job of {record.get('processes')} process(es) at "
+                f"{record.get('steps_per_epoch')} steps an epoch wrote (this one: {self._job()['processes']}, "
+                f"{self._job()['steps_per_epoch']}): tf.keras counts the backup's step in this job's batches, "
+                f"so the epoch's first {step} batches are read again, not trained, but they are not the samples "
+                "the backup had trained, and the epoch's metrics count its batches from here only. Resume on "
+                "as many processes, or back up at epochs' ends (save_freq='epoch') to change their number"
             )
-            return
-        log.chief(
-            f"{where} by another job (processes, steps an epoch) or without the epoch's metrics beside it: "
-            "the epoch's first batches are read again, not trained, so the weights go on as if never "
-            "stopped, but the epoch's metrics count only its batches after the backup",
-            self.backend.is_chief,
-        )
+        elif record.get("epoch") == self._epoch and record.get("batch", -1) > step - 1:
+            said = (
+                f"WARNING: {where} by tf.keras, but the backup was written after batch {record['batch'] + 1} "
+                "(compile's steps_per_execution > 1: tf.keras resumes after the first batch of the backup's "
+                "last execution): that epoch's batches in between are trained twice, so the run is not the "
+                "one never stopped. Use steps_per_execution=1 with save_freq=N, or save_freq='epoch'"
+            )
+        else:
+            said = (
+                f"{where} without the epoch's metric states beside the backup (none, or older ones: a loss "
+                f"between the backup and {RECORD}): its first {step} batches are read again, not trained, so "
+                "the weights go on as if never stopped, but the epoch's metrics count only its batches after "
+                "the backup"
+            )
+        log.chief(said, self.backend.is_chief)
 
 
 def _unless_stateful(model: Any) -> str:

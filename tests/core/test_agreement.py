@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kscale import agreement
-from kscale.errors import DataError, KScaleError, RanksDivergedError
+from kscale.errors import BackendError, DataError, KScaleError, RanksDivergedError
 
 
 def test_equal_weights_pass_and_a_last_bit_difference_is_seen():
@@ -140,3 +140,12 @@ def test_a_metric_class_declares_how_its_states_combine_and_every_other_user_cla
     assert user_metrics_declaring_nothing([container, Plain("plain")]) == ["undeclared (Undeclared)"]
     with pytest.raises(OptionError, match="'median' is not a way to combine states"):
         combine_states(peak="median")
+
+
+def test_workers_that_read_another_record_beside_a_backup_stop_with_an_error_naming_them():
+    def three_workers(mine):  # what a gather gives when the middle worker found no record
+        return np.asarray([[1.0], [0.0], [1.0]], np.float32)
+
+    with pytest.raises(BackendError, match=r"process\(es\) \[1\] differ from process 0.*shared folder"):
+        agreement.check_same_backup_record(three_workers, True, "/backup", "kscale_inside_epoch.json")
+    agreement.check_same_backup_record(lambda mine: np.asarray([[0.0], [0.0]]), False, "/b", "record")

@@ -99,54 +99,68 @@ def test_two_tf_config_workers(tf_config_workers, uninterrupted, tmp_path):
 # A preemption notice (SIGTERM) to one rank at a random step of a random epoch: every rank stops after that
 # epoch's backup with exit status 143 (kscale/preemption.py), and the job run again resumes at the next epoch
 # as if never stopped. 64 samples at global batch 8: 8 steps an epoch, 4 epochs; the last epoch's notice
-# comes when training ends anyway, so the notice falls in epochs 0-2.
-STEPS_PER_EPOCH, PREEMPTED = 8, 143
+# comes when training ends anyway, so the notice falls in epochs 0-2. With BackupAndRestore(save_freq=3)
+# every rank stops at the next step a backup is written after (every third) or an epoch's end, and the job
+# run again resumes at the step after its last backup, inside an epoch (kscale/keras2/backup_inside_epoch.py),
+# and ends as if never stopped: steps, weights and the History of every epoch it ran.
+STEPS_PER_EPOCH, PREEMPTED, SAVE_FREQ = 8, 143, 3
 
 
-def _notice_step() -> tuple[int, tuple]:
+def _notice_step(save_freq: int = 0) -> tuple[int, tuple, list]:
+    """The step of the notice, the epochs the resumed job runs, and the arguments of both runs' workers."""
     step = random.Random().randint(1, 3 * STEPS_PER_EPOCH)
     stopped_after = (step - 1) // STEPS_PER_EPOCH  # the epoch under way when the notice came
-    return step, tuple(range(stopped_after + 1, 4))
+    if not save_freq:
+        return step, tuple(range(stopped_after + 1, 4)), []
+    stop = min(k for k in range(step, 33) if k % save_freq == 0 or k % STEPS_PER_EPOCH == 0)
+    backed_up = stop // save_freq * save_freq  # the last backup: at the stop, or before an epoch's end
+    return step, tuple(range(backed_up // STEPS_PER_EPOCH, 4)), ["--save-freq", str(save_freq)]
 
 
 def _output(done) -> str:
     return (done.stdout or "") + (done.stderr or "")
 
 
-def _assert_preempted(codes: list[int], output: str, step: int) -> None:
+def _assert_preempted(codes: list[int], output: str, step: int, save_freq: int = 0) -> None:
     assert f"preemption notice after step {step}" in output, output[-3000:]
+    stop = min(k for k in range(step, 33) if (save_freq and k % save_freq == 0) or k % STEPS_PER_EPOCH == 0)
+    where = f"epoch {stop // STEPS_PER_EPOCH} of 4"
+    if save_freq and stop % save_freq == 0:
+        where = f"batch {(stop - 1) % STEPS_PER_EPOCH + 1} of epoch {(stop - 1) // STEPS_PER_EPOCH + 1}"
+    assert f"every worker stopped after {where}" in output, (step, output[-3000:])
     assert PREEMPTED in codes and all(code in (PREEMPTED, 0) or code > 128 for code in codes), (codes, step)
     assert "Traceback" not in output, output[-3000:]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["single", "mirrored"])  # one process: one replica, or two
-def test_one_process_notice(run_python, uninterrupted, tmp_path, backend):
-    step, resumed = _notice_step()
-    stopped = run_python([WORKER, backend, str(tmp_path), "--notice-at-step", str(step)], check=False)
-    _assert_preempted([stopped.returncode], _output(stopped), step)
-    run_python([WORKER, backend, str(tmp_path)])
+# One process: one replica backing up at epochs' ends, or two every SAVE_FREQ batches.
+@pytest.mark.parametrize("backend, save_freq", [("single", 0), ("mirrored", SAVE_FREQ)])
+def test_one_process_notice(run_python, uninterrupted, tmp_path, backend, save_freq):
+    step, resumed, every = _notice_step(save_freq)
+    stopped = run_python([WORKER, backend, str(tmp_path), *every, "--notice-at-step", str(step)], check=False)
+    _assert_preempted([stopped.returncode], _output(stopped), step, save_freq)
+    run_python([WORKER, backend, str(tmp_path), *every])
     _assert_resumed(tmp_path, 1, uninterrupted, resumed)
 
 
 @pytest.mark.timeout(300)
 def test_two_horovod_workers_notice_to_one(horovodrun, uninterrupted, tmp_path):
-    step, resumed = _notice_step()
-    stopped = horovodrun(2, [WORKER, "horovod", str(tmp_path), "--notice-at-step", str(step)], check=False)
+    step, resumed, every = _notice_step(SAVE_FREQ)
+    notice = ["--notice-at-step", str(step)]
+    stopped = horovodrun(2, [WORKER, "horovod", str(tmp_path), *every, *notice], check=False)
     # horovodrun exits 1 when a worker fails, and names the worker's own status.
     assert stopped.returncode == 1 and f"Exit code: {PREEMPTED}" in _output(stopped), _output(stopped)[-3000:]
     workers = "".join(line for line in _output(stopped).splitlines(True) if line.startswith("["))
-    _assert_preempted([PREEMPTED], workers, step)
-    horovodrun(2, [WORKER, "horovod", str(tmp_path)])
+    _assert_preempted([PREEMPTED], workers, step, SAVE_FREQ)
+    horovodrun(2, [WORKER, "horovod", str(tmp_path), *every])
     _assert_resumed(tmp_path, 2, uninterrupted, resumed)
 
 
 @pytest.mark.timeout(300)
 def test_two_tf_config_workers_notice_to_one(tf_config_workers, uninterrupted, tmp_path):
-    step, resumed = _notice_step()
-    stopped = tf_config_workers(
-        2, [WORKER, "multi_worker", str(tmp_path), "--notice-at-step", str(step)], check=False
-    )
-    _assert_preempted([k.returncode for k in stopped], "".join(_output(k) for k in stopped), step)
-    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
+    step, resumed, every = _notice_step(SAVE_FREQ)
+    notice = ["--notice-at-step", str(step)]
+    stopped = tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path), *every, *notice], check=False)
+    _assert_preempted([k.returncode for k in stopped], "".join(_output(k) for k in stopped), step, SAVE_FREQ)
+    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path), *every])
     _assert_resumed(tmp_path, 2, uninterrupted, resumed)

@@ -455,6 +455,17 @@ def test_the_plan_names_batch_normalization_that_is_not_synchronized(distribute_
         assert bool(notes) == named
 
 
+class InterruptInsideEpoch2(tf.keras.callbacks.Callback):
+    """Stops fit after batch 3 of epoch 2 (a BackupAndRestore(save_freq=2) has backed up after batch 2)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 1 and batch == 2:
+            raise RuntimeError("interrupted")
+
+
 @pytest.mark.parametrize("backend", ["single", "mirrored"])
 def test_a_backup_inside_an_epoch_resumes_at_the_batch_after_it_as_if_never_stopped(backend, tmp_path):
     """tf.keras resumes a save_freq=N backup at its step on the epoch's data from its first batch, its
@@ -465,14 +476,6 @@ def test_a_backup_inside_an_epoch_resumes_at_the_batch_after_it_as_if_never_stop
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
     devices = {"devices": ["CPU:0"]} if backend == "mirrored" else {}
 
-    class Interrupt(tf.keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_end(self, batch, logs=None):
-            if self.epoch == 1 and batch == 2:
-                raise RuntimeError("interrupted")
-
     def fit(callbacks):
         model = kscale.distribute(tiny_model(metrics=["mae"]), backend=backend, print_plan=False, **devices)
         return model, model.fit(dataset, epochs=3, verbose=0, callbacks=callbacks)
@@ -480,10 +483,35 @@ def test_a_backup_inside_an_epoch_resumes_at_the_batch_after_it_as_if_never_stop
     never_stopped, whole = fit([])
     backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
     with pytest.raises(RuntimeError, match="interrupted"):
-        fit([backup, Interrupt()])
+        fit([backup, InterruptInsideEpoch2()])
     resumed, history = fit([backup])
     assert resumed.optimizer.iterations.numpy() == 12
     np.testing.assert_allclose(resumed.get_weights()[0], never_stopped.get_weights()[0], atol=1e-6)
     for name in ("loss", "mae"):
         np.testing.assert_allclose(history.history[name], whole.history[name][1:], rtol=1e-5)
     assert not (tmp_path / "backup").exists() or not list((tmp_path / "backup").iterdir())  # all deleted
+
+
+def test_a_backup_inside_an_epoch_without_its_metric_states_resumes_the_weights_and_says_so(
+    tmp_path, capsys, caplog, kscale_log_to_capsys
+):
+    """A loss between the backup and the record of its epoch's metric states (here: the record deleted):
+    the batches are read again all the same, so the weights go on as never stopped; the chief says that the
+    epoch's metrics count its batches after the backup only."""
+    from kscale.keras2.backup_inside_epoch import RECORD
+
+    x, y = regression_data(16)
+
+    def fit(callbacks):
+        model = kscale.distribute(tiny_model(metrics=["mae"]), backend="single", print_plan=False)
+        return model, model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
+
+    never_stopped, _ = fit([])
+    backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit([backup, InterruptInsideEpoch2()])
+    (tmp_path / "backup" / RECORD).unlink()
+    resumed, _ = fit([backup])
+    np.testing.assert_allclose(resumed.get_weights()[0], never_stopped.get_weights()[0], atol=1e-6)
+    said = capsys.readouterr().out + caplog.text  # kscale's handler, or pytest's where another test left it
+    assert "without the epoch's metric states beside the backup" in said, said

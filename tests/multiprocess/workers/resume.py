@@ -10,7 +10,8 @@ With --crash-after-epochs K the chief (every worker under multi_worker, where a 
 forever in the next collective) exits with status 3 right after epoch K's backup: a killed job.
 With --notice-at-step S rank --notice-rank (default 1; 0 in one process) sends itself SIGTERM, a preemption
 notice, after its step S (counted from 1 over all epochs); every rank writes what it backed up at each
-epoch's end.
+epoch's end. With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq, counted
+over all epochs), not each epoch, and each rank writes what it backed up there.
 """
 
 import argparse
@@ -24,6 +25,7 @@ parser.add_argument("workdir")
 parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--notice-rank", type=int, default=1)
+parser.add_argument("--save-freq", type=int, default=0)
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -82,21 +84,28 @@ class Epochs(tf.keras.callbacks.Callback):
         if args.notice_at_step and step == args.notice_at_step and rank == notified:
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
+        if args.notice_at_step and args.save_freq and step % args.save_freq == 0:
+            self.backed_up()
+
+    def backed_up(self):
+        with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
+            json.dump(state(self.model), f)
 
     def on_epoch_end(self, epoch, logs=None):
         self.ran.append(epoch)
         crashes = rank == 0 or args.mode == "multi_worker"
         dying = args.crash_after_epochs and epoch + 1 == args.crash_after_epochs and crashes
-        if args.notice_at_step or dying:
-            with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
-                json.dump(state(self.model), f)
+        if (args.notice_at_step and not args.save_freq) or dying:
+            self.backed_up()
         if dying:
             print(f"rank {rank}: dying after epoch {epoch + 1}, as asked", flush=True)
             os._exit(3)
 
 
 epochs = Epochs()
-backup = tf.keras.callbacks.BackupAndRestore(os.path.join(args.workdir, "backup"))
+backup = tf.keras.callbacks.BackupAndRestore(
+    os.path.join(args.workdir, "backup"), save_freq=args.save_freq or "epoch"
+)
 history = model.fit(
     x,
     y,
