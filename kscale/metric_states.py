@@ -113,6 +113,15 @@ def share_of(value: np.ndarray, how: str, holds_all: bool) -> np.ndarray:
     return value if holds_all or how != "sum" else np.zeros_like(value)
 
 
+def state_variables(model: Any) -> tuple[list, list[str]]:
+    """The model's metric state variables, and how each combines over replicas (reduction_of): what a
+    backup inside an epoch keeps of the epoch's metrics (both families' backups)."""
+    metrics = model.metrics
+    variables = [variable for metric in metrics for variable in metric.variables]
+    declared = declared_reductions(metrics)
+    return variables, [reduction_of(variable, declared) for variable in variables]
+
+
 def assign_shares(variables: list, values: list, reductions: list[str], holds_all: bool) -> None:
     """Each of this process's metric state `variables` set to its share (share_of) of the combined `values`:
     for backends whose processes each hold their own states, combined when read (torch, Horovod)."""

@@ -17,7 +17,7 @@ import numpy as np
 from kscale import _keras_private, agreement, checkpoint_io, log, model_steps, rebuild
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
-from kscale.metric_states import declared_reductions, reduction_of
+from kscale.metric_states import state_variables
 
 SCRATCH_PREFIX = "kscale-backup-"
 #: Beside the chief's backup: the job that wrote it (its processes, its steps an epoch), to say on resume
@@ -127,7 +127,7 @@ class SharedBackup(keras.callbacks.Callback):
         if self._resume is None or self._resume[0] != epoch:
             return
         _, batch, states = self._resume
-        variables, reductions = self._metric_states()
+        variables, reductions = state_variables(self.model)
         self.backend.restore_metric_states(variables, states, reductions)  # after Keras reset them
         _keras_private.backup_counts_from(self._writer, batch)
         model_steps.skip_training(self.model, True)
@@ -141,7 +141,7 @@ class SharedBackup(keras.callbacks.Callback):
         self._writer.on_train_batch_end(batch, logs)
         if _keras_private.backup_written_at_this_batch(self._writer):  # the same batch on every process
             self._backed_up_after = batch
-            variables, reductions = self._metric_states()
+            variables, reductions = state_variables(self.model)
             states = self.backend.combined_metric_states(variables, reductions)
             position = _keras_private.backup_position(self._writer) if self._journaled else None
             inside = None
@@ -175,13 +175,6 @@ class SharedBackup(keras.callbacks.Callback):
                 self.backup, self._writer, beside={JOB_RECORD: json.dumps(record)}
             )
 
-    def _metric_states(self) -> tuple[list, list[str]]:
-        """The model's metric state variables, and how each combines over replicas."""
-        metrics = self.model.metrics
-        variables = [variable for metric in metrics for variable in metric.variables]
-        declared = declared_reductions(metrics)
-        return variables, [reduction_of(variable, declared) for variable in variables]
-
     def _written_record(self) -> dict | None:
         """The job record beside the backup (JOB_RECORD), which every process reads, or None."""
         path = os.path.join(self.backup.backup_dir, JOB_RECORD)
@@ -196,7 +189,7 @@ class SharedBackup(keras.callbacks.Callback):
         found = None
         inside = (written or {}).get("inside_epoch")
         position = _keras_private.backup_position(self.backup) if inside else None
-        variables, _ = self._metric_states()
+        variables, _ = state_variables(self.model)
         if (
             position is not None
             and position == (inside["epoch"], inside["batch"])

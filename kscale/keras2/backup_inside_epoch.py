@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from kscale import agreement, checkpoint_io, log, rebuild
-from kscale.metric_states import declared_reductions, reduction_of
+from kscale.metric_states import state_variables
 
 #: Beside the backup: the epoch, batch and metric states of the last backup written inside an epoch.
 RECORD = "kscale_inside_epoch.json"
@@ -69,7 +69,7 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         if self._since_backup < self.backup.save_freq:
             return
         self._since_backup = 0  # the backup was written after this batch, on every worker alike
-        variables, reductions = self._metric_states()
+        variables, reductions = state_variables(self.model)
         states = self.backend.combined_metric_states(variables, reductions)
         self._backed_up_after = batch
         if self.backend.is_chief:
@@ -97,13 +97,6 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
             "steps_per_epoch": None if steps is None else int(steps),
         }
 
-    def _metric_states(self) -> tuple[list, list[str]]:
-        """The model's metric state variables, and how each combines over replicas."""
-        metrics = self.model.metrics
-        variables = [variable for metric in metrics for variable in metric.variables]
-        declared = declared_reductions(metrics)
-        return variables, [reduction_of(variable, declared) for variable in variables]
-
     def _resume_at(self, step: int) -> None:
         """tf.keras resumed the epoch at `step` on its data from the first batch: read `step` batches first,
         then set the epoch's metric states where the record is the backup's (agreed by every worker)."""
@@ -119,7 +112,7 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         self.model.reset_metrics()
         record = self._record or {}
         where = f"BackupAndRestore: epoch {self._epoch + 1} resumed at batch {step + 1}"
-        variables, reductions = self._metric_states()
+        variables, reductions = state_variables(self.model)
         states = record.get("metric_states") if ours else None
         if states is not None and [np.shape(s) for s in states] == [tuple(v.shape) for v in variables]:
             self.backend.restore_metric_states(variables, states, reductions)
