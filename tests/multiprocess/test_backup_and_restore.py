@@ -1,4 +1,6 @@
-"""BackupAndRestore in every backend: a job killed after epoch 2 of 4, relaunched, resumes at epoch 3 everywhere.
+"""BackupAndRestore in every tf.keras backend: a job killed after epoch 2 of 4 (one process, mirrored) or inside
+an epoch (Horovod, TF_CONFIG workers, restarted by `kscale run --max-restarts`), or told to stop by a preemption
+notice, resumes where its last backup was written.
 
 The resumed weights must equal one uninterrupted process at the same global batch and rate (SGD with
 momentum, so the optimizer's own state has to come back too), and be identical on every rank.
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -76,24 +79,6 @@ def test_two_mirrored_replicas(run_python, uninterrupted, tmp_path):
     _assert_killed([killed.returncode], killed.stdout)
     run_python([WORKER, "mirrored", str(tmp_path)])
     _assert_resumed(tmp_path, 1, uninterrupted)
-
-
-@pytest.mark.timeout(300)
-def test_two_horovod_workers(horovodrun, uninterrupted, tmp_path):
-    killed = horovodrun(2, [WORKER, "horovod", str(tmp_path), "--crash-after-epochs", "2"], check=False)
-    _assert_killed([killed.returncode], killed.stdout)
-    horovodrun(2, [WORKER, "horovod", str(tmp_path)])
-    _assert_resumed(tmp_path, 2, uninterrupted)
-
-
-@pytest.mark.timeout(300)
-def test_two_tf_config_workers(tf_config_workers, uninterrupted, tmp_path):
-    killed = tf_config_workers(
-        2, [WORKER, "multi_worker", str(tmp_path), "--crash-after-epochs", "2"], check=False
-    )
-    _assert_killed([k.returncode for k in killed], "".join(k.stdout for k in killed))
-    tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path)])
-    _assert_resumed(tmp_path, 2, uninterrupted)
 
 
 # A preemption notice (SIGTERM) to one rank at a random step of a random epoch: every rank stops after that
@@ -164,3 +149,24 @@ def test_two_tf_config_workers_notice_to_one(tf_config_workers, uninterrupted, t
     _assert_preempted([k.returncode for k in stopped], "".join(_output(k) for k in stopped), step, SAVE_FREQ)
     tf_config_workers(2, [WORKER, "multi_worker", str(tmp_path), *every])
     _assert_resumed(tmp_path, 2, uninterrupted, resumed)
+
+
+# A loss without notice inside an epoch: BackupAndRestore(save_freq=3), and SIGKILL to the last rank after a
+# random step that is not a backup's (so that which backup was the last one written is certain: the one
+# before it). `kscale run --max-restarts 1` ends the job and starts it again, which resumes at the step after
+# that backup and ends as if never stopped: only the steps since the backup ran twice. (A kill at an epoch's
+# end with epoch backups: these tests' conformance program backup_and_restore and the one-process tests above.)
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("engine, mode", [("horovod", "horovod"), ("tf", "multi_worker")])
+def test_two_workers_killed_inside_an_epoch_restarted_by_kscale_run(
+    launch, uninterrupted, tmp_path, engine, mode
+):
+    kill = random.Random().choice([k for k in range(4, 32) if k % SAVE_FREQ])
+    run = ["kscale", "run", "--engine", engine, "-np", "2", "--max-restarts", "1", "--"]
+    worker = [sys.executable, WORKER, mode, str(tmp_path), "--save-freq", str(SAVE_FREQ)]
+    done = launch([*run, *worker, "--kill-at-step", str(kill)], timeout=400)
+    assert done.returncode == 0, (kill, done.stdout[-4000:])
+    assert f"rank 1: killing itself after step {kill}" in done.stdout, (kill, done.stdout[-4000:])
+    assert "restart 1 of 1" in done.stdout, (kill, done.stdout[-4000:])
+    backed_up = kill // SAVE_FREQ * SAVE_FREQ
+    _assert_resumed(tmp_path, 2, uninterrupted, tuple(range(backed_up // STEPS_PER_EPOCH, 4)))

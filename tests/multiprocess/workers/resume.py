@@ -11,7 +11,9 @@ forever in the next collective) exits with status 3 right after epoch K's backup
 With --notice-at-step S rank --notice-rank (default 1; 0 in one process) sends itself SIGTERM, a preemption
 notice, after its step S (counted from 1 over all epochs); every rank writes what it backed up at each
 epoch's end. With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq, counted
-over all epochs), not each epoch, and each rank writes what it backed up there.
+over all epochs), not each epoch, and each rank writes what it backed up there. With --kill-at-step S the
+last rank kills itself with SIGKILL after its step S, once (WORKDIR/killed says it did): a loss without
+notice, which `kscale run --max-restarts` starts again with the same arguments.
 """
 
 import argparse
@@ -26,6 +28,7 @@ parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--notice-rank", type=int, default=1)
 parser.add_argument("--save-freq", type=int, default=0)
+parser.add_argument("--kill-at-step", type=int, default=0)
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -38,6 +41,7 @@ import numpy as np  # noqa: E402
 
 import kscale  # noqa: E402
 
+KILLED = os.path.join(args.workdir, "killed")
 BATCH, LR, EPOCHS, SAMPLES = 4, 0.02, 4, 64
 rank = kscale.environment.current().rank
 rng = np.random.default_rng(0)
@@ -84,8 +88,14 @@ class Epochs(tf.keras.callbacks.Callback):
         if args.notice_at_step and step == args.notice_at_step and rank == notified:
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
-        if args.notice_at_step and args.save_freq and step % args.save_freq == 0:
+        before_the_kill = args.kill_at_step and not os.path.exists(KILLED)  # the job started again: not after
+        if (args.notice_at_step or before_the_kill) and args.save_freq and step % args.save_freq == 0:
             self.backed_up()
+        last = rank == kscale.environment.current().world_size - 1
+        if before_the_kill and step == args.kill_at_step and last:
+            open(KILLED, "w").close()
+            print(f"rank {rank}: killing itself after step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def backed_up(self):
         with open(os.path.join(args.workdir, f"backed_up.{rank}.json"), "w") as f:
