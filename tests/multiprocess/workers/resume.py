@@ -41,9 +41,11 @@ import numpy as np  # noqa: E402
 
 import kscale  # noqa: E402
 
-KILLED = os.path.join(args.workdir, "killed")
 BATCH, LR, EPOCHS, SAMPLES = 4, 0.02, 4, 64
-rank = kscale.environment.current().rank
+rank, world_size = kscale.environment.current().rank, kscale.environment.current().world_size
+KILLED = os.path.join(args.workdir, "killed")
+# The job started again after the kill runs on: it neither kills nor writes what it backed up.
+before_the_kill = bool(args.kill_at_step) and not os.path.exists(KILLED)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(SAMPLES, 5)).astype("float32")
 y = (x @ rng.normal(size=(5, 1)) + 0.1).astype("float32")
@@ -88,11 +90,9 @@ class Epochs(tf.keras.callbacks.Callback):
         if args.notice_at_step and step == args.notice_at_step and rank == notified:
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
-        before_the_kill = args.kill_at_step and not os.path.exists(KILLED)  # the job started again: not after
         if (args.notice_at_step or before_the_kill) and args.save_freq and step % args.save_freq == 0:
             self.backed_up()
-        last = rank == kscale.environment.current().world_size - 1
-        if before_the_kill and step == args.kill_at_step and last:
+        if before_the_kill and step == args.kill_at_step and rank == world_size - 1:
             open(KILLED, "w").close()
             print(f"rank {rank}: killing itself after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
