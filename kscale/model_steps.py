@@ -5,8 +5,10 @@ fit, evaluate and *_on_batch trace. `bind` sets both once per model, as instance
 sets `model.train_function`; kscale/distributed_model.py says why the class is not changed), each the
 model's own step inside kscale's layers, outermost first:
 
-0. while a job resumed inside an epoch reads again the batches its backup had trained
-   (kscale/callbacks/shared_backup.py), `skip_training` sets a train step that trains and logs nothing;
+0. while a job resumed inside an epoch reads again the batches its backup had trained, Keras 3
+   (kscale/callbacks/shared_backup.py): `skip_training` sets a train step that trains and logs nothing;
+   tf.keras (kscale/keras2/backup_inside_epoch.py), which starts the resumed fit at the backup's step:
+   `read_before_training` reads them through the test step before its first train step;
 1. `step_weights.around`: the batch's gradient weight taken off (a step whose replicas' slices differ
    in size, kscale.step_weights) and the step run as one replica's of R (kscale.loss_reduction);
 2. the backend's, `Backend.around_steps` (under a tf.distribute strategy, backends/_replica_mean: Keras'
@@ -59,3 +61,26 @@ def _training_nothing(model: Any) -> Callable[..., Any]:
         return model.get_metrics_result()  # the logs a step returns (TensorFlow's trainer needs some)
 
     return step
+
+
+def read_before_training(model: Any, count: int, then: Callable[[], None]) -> None:
+    """tf.keras: the next call of `model.train_function` first reads `count` batches of its iterator through
+    the model's test step (nothing trained: the data goes on, the step's metrics are built), then calls
+    `then()`, then trains; later calls train only. Keras itself sets `train_function` on the model."""
+    import tensorflow as tf
+
+    train = model.train_function
+    strategy = model.distribute_strategy
+
+    @tf.function
+    def read(iterator: Any) -> None:
+        strategy.run(model.test_step, args=(next(iterator),))
+
+    def first(iterator: Any) -> Any:
+        for _ in range(count):
+            read(iterator)
+        model.train_function = train
+        then()
+        return train(iterator)
+
+    model.train_function = first

@@ -11,6 +11,20 @@ from kscale import log, metric_states, rebuild
 _WARNED_METRIC_CLASSES: set[str] = set()
 
 
+def resumed_inside_an_epoch(
+    model: Any, backup: str, otherwise: str = ", as if the job had never stopped"
+) -> str:
+    """The end of the chief's line on a job resumed after a backup written inside an epoch: `otherwise`,
+    unless `model` has stateful layers, whose state the family's BackupAndRestore (`backup`) does not hold."""
+    stateful = rebuild.stateful_layers(model)
+    if not stateful:
+        return otherwise
+    return (
+        f"; but the state of the stateful layer(s) {stateful}, which {backup} does not hold, starts from "
+        "zeros, so the rest of the run is not the one never stopped"
+    )
+
+
 def notes(backend: Any, model: Any, metrics: list) -> list[str]:
     """Every note of this module for `model` under `backend` (none where one replica computes the loss)."""
     if backend.loss_replicas < 2:  # one replica, or every step's loss is the global batch's (JAX)

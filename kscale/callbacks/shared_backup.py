@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from kscale import _keras_private, agreement, checkpoint_io, log, model_steps, rebuild
+from kscale import _keras_private, agreement, checkpoint_io, log, model_steps, plan_notes
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
 from kscale.metric_states import state_variables
@@ -48,6 +48,25 @@ def _running(pid: int) -> bool:
     return True
 
 
+def same_samples_batch(wrote: dict, now: dict, batch: int) -> int | None:
+    """The batch of an epoch of the job `now` that ends the samples its `batch` ended in the job that wrote
+    the backup (`wrote`; both as JOB_RECORD holds them), or None where no batch does.
+
+    A job like the writer's (processes, steps an epoch): the same batch. One of another number of
+    processes or global batch (array data, one process's order at any number of them): the batch after
+    which as many samples of the epoch are done, where one is (a 2-process job's batch b is a 1-process
+    job's batch 2b + 1 at half its global batch); the writer's last batch of an epoch, this job's last."""
+    if (wrote["processes"], wrote["steps_per_epoch"]) == (now["processes"], now["steps_per_epoch"]):
+        return batch
+    before, after, steps = wrote.get("global_batch"), now["global_batch"], now["steps_per_epoch"]
+    if not (before and after and steps and wrote["steps_per_epoch"]):
+        return None
+    if batch + 1 == wrote["steps_per_epoch"]:
+        return steps - 1
+    done, rest = divmod((batch + 1) * before, after)
+    return done - 1 if rest == 0 and done < steps else None
+
+
 class SharedBackup(keras.callbacks.Callback):
     """The user's `keras.callbacks.BackupAndRestore`, for every process of a job.
 
@@ -65,7 +84,10 @@ class SharedBackup(keras.callbacks.Callback):
     every replica); resumed by the same number of processes at the same steps an epoch, the epoch's
     batches up to the backup's are read again without training (model_steps.skip_training), so the data
     goes on where it was, and the metrics go on from the record: weights, History and evaluate are the
-    uninterrupted run's. Elsewhere Keras' own restart of the epoch stands, and the chief says so.
+    uninterrupted run's. Resumed by another number of processes (array data), the batches read again are
+    this job's up to the same samples (same_samples_batch): the rest of the epoch is one process's at
+    this job's global batch from the backup on. Elsewhere Keras' own restart of the epoch stands, and the
+    chief says so.
     """
 
     def __init__(self, backup: Any, backend: Any) -> None:
@@ -109,10 +131,13 @@ class SharedBackup(keras.callbacks.Callback):
         if self._journaled:
             backup_journal.recover(self.backup.backup_dir)
         self.backend.barrier()  # the chief's recovery done before any process looks
+        plan = getattr(self.model, "kscale_plan", None)
         self._job = {
             "processes": self._check_every_process_sees_the_backup(),
             "steps_per_epoch": self.params.get("steps"),
             "save_freq": self.backup.save_freq,
+            # The samples of one step (array data; None where the data holds the batch).
+            "global_batch": None if plan is None else plan.global_batch,
         }
         written = self._written_record()  # before the restore: Keras' own may delete nothing, but reads
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
@@ -193,12 +218,12 @@ class SharedBackup(keras.callbacks.Callback):
         if (
             position is not None
             and position == (inside["epoch"], inside["batch"])
-            and written["processes"] == self._job["processes"]
-            and written["steps_per_epoch"] == self._job["steps_per_epoch"]
             and [np.shape(state) for state in inside["metric_states"]]
             == [tuple(variable.shape) for variable in variables]
         ):
-            found = (position[0], position[1], inside["metric_states"])
+            batch = same_samples_batch(written, self._job, position[1])
+            if batch is not None:
+                found = (position[0], batch, inside["metric_states"])
         agreement.check_same_backup_record(
             self.backend.gather, found is not None, self.backup.backup_dir, f"job record ({JOB_RECORD})"
         )
@@ -223,8 +248,9 @@ class SharedBackup(keras.callbacks.Callback):
 
     def _say_where_it_resumes(self, wrote: dict) -> None:
         """Where the backup was written at a batch's end (the writer's `save_freq` a number of batches): the
-        epoch goes on at the next batch, or, where this job cannot (another number of processes or of
-        steps an epoch), Keras starts that epoch again from its first batch with the later weights."""
+        epoch goes on after the backup's samples, or, where this job cannot (no batch of it ends them, or
+        no metric states beside the backup), Keras starts that epoch again from its first batch with the
+        later weights."""
         save_freq = wrote.get("save_freq", "epoch")
         position = _keras_private.backup_position(self.backup)
         if save_freq == "epoch" or position is None:
@@ -234,24 +260,29 @@ class SharedBackup(keras.callbacks.Callback):
             f"resuming a backup written after batch {batch + 1} of epoch {epoch + 1} (save_freq={save_freq})"
         )
         if self._resume is not None:
-            stateful = rebuild.stateful_layers(self.model)
-            unlike = (
-                f"; but the state of the stateful layer(s) {stateful}, which Keras' backup does not hold, "
-                "starts from zeros, so the rest of the run is not the one never stopped"
-                if stateful
-                else ", as if the job had never stopped"
-            )
+            goes_on, same, otherwise = self._resume[1], "", ", as if the job had never stopped"
+            if goes_on != batch:
+                same, otherwise = (
+                    " after the same samples",
+                    ", as one process at this job's global batch would",
+                )
+                where += (
+                    f" by {wrote['processes']} process(es) at global batch {wrote['global_batch']}, on "
+                    f"{self._job['processes']} at global batch {self._job['global_batch']}"
+                )
+            unlike = plan_notes.resumed_inside_an_epoch(self.model, "Keras' backup", otherwise)
             log.chief(
-                f"BackupAndRestore: {where}: epoch {epoch + 1} goes on at batch {batch + 2} (its first "
-                f"{batch + 1} batches are read again, not trained; its metrics go on from the backup's){unlike}",
+                f"BackupAndRestore: {where}: epoch {epoch + 1} goes on at batch {goes_on + 2}{same} (its first "
+                f"{goes_on + 1} batches are read again, not trained; its metrics go on from the backup's){unlike}",
                 self.is_chief,
             )
             return
         log.chief(
-            f"BackupAndRestore: {where}, by another job (processes, steps an epoch) or without the epoch's "
-            f"metrics beside it: Keras starts epoch {epoch + 1} again from its first batch with the weights "
-            "trained after that batch, so its first batches are trained twice and the run is not the one "
-            "that was never stopped; save_freq='epoch', or the same job, resumes exactly",
+            f"BackupAndRestore: {where}, by another job (processes, steps an epoch) whose batch ends no batch "
+            f"of this one's (or whose data held its batch), or without the epoch's metrics beside it: Keras "
+            f"starts epoch {epoch + 1} again from its first batch with the weights trained after that batch, "
+            "so its first batches are trained twice and the run is not the one that was never stopped; "
+            "save_freq='epoch', or the same job, resumes exactly",
             self.is_chief,
         )
 

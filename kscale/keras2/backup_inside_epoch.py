@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import agreement, checkpoint_io, log, rebuild
+from kscale import agreement, checkpoint_io, log, model_steps, plan_notes
 from kscale.metric_states import state_variables
 
 #: Beside the backup: the epoch, batch and metric states of the last backup written inside an epoch.
@@ -104,7 +104,7 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         same_job = {k: record.get(k) for k in self._job()} == self._job()
         ours = same_job and (record.get("epoch"), record.get("batch")) == (self._epoch, step - 1)
         agreement.check_same_backup_record(self.backend.gather, ours, self.backup.backup_dir, RECORD)
-        read_first(self.model, step, lambda: self._restore(step, ours, same_job))
+        model_steps.read_before_training(self.model, step, lambda: self._restore(step, ours, same_job))
 
     def _restore(self, step: int, ours: bool, same_job: bool) -> None:
         """After the batches read again (the metrics built): the epoch's metric states from the record where
@@ -116,9 +116,10 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         states = record.get("metric_states") if ours else None
         if states is not None and [np.shape(s) for s in states] == [tuple(v.shape) for v in variables]:
             self.backend.restore_metric_states(variables, states, reductions)
+            resumed = plan_notes.resumed_inside_an_epoch(self.model, "tf.keras' backup")
             log.chief(
                 f"{where}, after the backup written after batch {step} (its first {step} batches are read "
-                f"again, not trained; its metrics go on from the backup's){_unless_stateful(self.model)}",
+                f"again, not trained; its metrics go on from the backup's){resumed}",
                 self.backend.is_chief,
             )
             return
@@ -146,37 +147,6 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
                 "the backup"
             )
         log.chief(said, self.backend.is_chief)
-
-
-def _unless_stateful(model: Any) -> str:
-    stateful = rebuild.stateful_layers(model)
-    if not stateful:
-        return ", as if the job had never stopped"
-    return (
-        f"; but the state of the stateful layer(s) {stateful}, which tf.keras' backup does not hold, starts "
-        "from zeros, so the rest of the run is not the one never stopped"
-    )
-
-
-def read_first(model: Any, count: int, then: Any) -> None:
-    """The next call of `model.train_function` first reads `count` batches of its iterator through the
-    model's test step (nothing trained: the data goes on, the step's metrics are built), then calls
-    `then()`, then trains; later calls train only. Keras itself sets `train_function` on the model."""
-    train = model.train_function
-    strategy = model.distribute_strategy
-
-    @tf.function
-    def read(iterator: Any) -> None:
-        strategy.run(model.test_step, args=(next(iterator),))
-
-    def first(iterator: Any) -> Any:
-        for _ in range(count):
-            read(iterator)
-        model.train_function = train
-        then()
-        return train(iterator)
-
-    model.train_function = first
 
 
 def _write(path: str, record: dict) -> None:

@@ -334,6 +334,61 @@ def test_a_backup_of_two_processes_resumed_on_one_continues_as_one_process_would
     assert resumed["history"]["loss"] == pytest.approx(continued["history"]["loss"], rel=TOLERANCE)
 
 
+@pytest.mark.skipif(
+    keras.config.backend() == "tensorflow",
+    reason="kscale's SharedBackup maps the batch alike in every backend; the job that resumes is one "
+    "process, whose data path JAX's lane and torch's (its own, keras3/torch_data) test: two lanes are enough",
+)
+@pytest.mark.timeout(_starts_limit(2))
+def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples(tmp_path):
+    """Issue 43, item 4: BackupAndRestore(save_freq=3) in 2 processes at global batch 8 (8 steps an epoch);
+    a notice at a random step stops both after the next backup, written inside epoch 1, 2 or 3. One process
+    (global batch 4, 16 steps an epoch) resumes it after the same samples, at batch 2(b + 1) + 1 where the
+    backup was written after batch b + 1, and ends as plain Keras in one process going on from those
+    samples: the same steps, weights and History of the epochs after; the chief says what changed. Keras
+    alone would start the epoch again from its first batch."""
+    rng = random.Random()
+    stop = rng.choice([9, 12, 15, 18, 21, 27, 30])  # a backup's step inside an epoch, not at its end
+
+    def stops_at(notice: int) -> int:  # the next step a backup is written after, or an epoch ends
+        return min(k for k in range(notice, 33) if k % 3 == 0 or k % 8 == 0)
+
+    notice = rng.choice([n for n in range(stop - 2, stop + 1) if stops_at(n) == stop])
+    epoch, batch = (stop - 1) // 8, (stop - 1) % 8  # from 0: the backup was written after that batch
+    done = _launch(2, "kscale", str(tmp_path), "--save-freq", "3", "--notice-at-step", str(notice))
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, (notice, output[-3000:])
+    assert f"every worker stopped after batch {batch + 1} of epoch {epoch + 1}" in output, (
+        notice,
+        output[-3000:],
+    )
+    plain = tmp_path / "plain"
+    shutil.copytree(tmp_path / "backup", plain / "backup")
+    done = _launch(1, "kscale", str(tmp_path), "--save-freq", "3")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, (notice, output[-3000:])
+    goes_on = 2 * (batch + 1)  # this job's batches the backup's samples fill
+    said = (
+        f"resuming a backup written after batch {batch + 1} of epoch {epoch + 1} (save_freq=3) by 2 process(es) "
+        f"at global batch 8, on 1 at global batch 4: epoch {epoch + 1} goes on at batch {goes_on + 1} after "
+        f"the same samples (its first {goes_on} batches are read again, not trained"
+    )
+    assert said in output, (notice, output[-3000:])
+    resumed = json.loads((tmp_path / "result.0.json").read_text())
+    done = _launch(1, "continue", str(plain), "--backup-processes", "2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    continued = json.loads((plain / "continued.json").read_text())
+    assert resumed["epochs"] == list(range(epoch, 4)), (notice, resumed["epochs"])
+    steps = stop + (16 - goes_on) + 16 * (3 - epoch)  # the backup's, the epoch's rest, the epochs after
+    assert resumed["iterations"] == continued["iterations"] == steps, (notice, resumed["iterations"])
+    assert resumed["learning_rate"] == continued["learning_rate"] == pytest.approx(LR)
+    assert _max_diff(resumed["final"], continued["final"]) < TOLERANCE, notice
+    after = resumed["history"]["loss"][1:]  # the epochs after the resumed one
+    assert continued["history"]["epoch"] == list(range(epoch + 1, 4)), continued["history"]["epoch"]
+    assert after == pytest.approx(continued["history"].get("loss", []), rel=TOLERANCE), (notice, after)
+    assert not (tmp_path / "backup").exists()  # deleted when training ended
+
+
 def test_a_backup_only_the_chief_sees_stops_every_process(killed_by_two, tmp_path):
     """Every process restores the chief's backup: one that cannot see it must not start from epoch 0."""
     tmp_path = _copy_of(killed_by_two, tmp_path)

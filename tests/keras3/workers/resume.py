@@ -6,6 +6,10 @@ resume.py MODE WORKDIR [--crash-after-epochs K] [--backup-dir DIR]
   MODE plain      plain Keras, one process, batch b, lr η (resumes from a backup it finds, as Keras does)
   MODE kscale     kscale.distribute, batch b and lr η per replica, as launched (one process, or several
                   under `kscale run -np N`)
+  MODE continue   plain Keras, one process, batch b, lr η, from the backup in WORKDIR/backup that
+                  --backup-processes P wrote inside an epoch: its weights and optimizer loaded, that
+                  epoch's samples after the backup's trained, then the epochs after it (one process going
+                  on from the backup's samples)
 With --crash-after-epochs K every process exits with status 3 right after epoch K's backup (a lone
 survivor would wait forever in the next collective): a killed job.
 With --notice-at-step S the last process sends itself SIGTERM, a preemption notice, after its step S
@@ -30,7 +34,7 @@ import signal
 import time
 
 parser = argparse.ArgumentParser()
-parser.add_argument("mode", choices=["reference", "plain", "kscale"])
+parser.add_argument("mode", choices=["reference", "plain", "kscale", "continue"])
 parser.add_argument("workdir")
 parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--backup-dir", help="default: WORKDIR/backup")
@@ -41,6 +45,7 @@ parser.add_argument("--kill-at-step", type=int, action="append", default=[])
 parser.add_argument("--save-freq", type=int, default=0)
 parser.add_argument("--kill-in-save", choices=["weights", "commit"])
 parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
+parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
 args = parser.parse_args()
 
 import keras  # noqa: E402  (after kscale: it joins the job before the framework starts)
@@ -173,6 +178,33 @@ def kill_in_save(point: str) -> None:
         os.replace = replace_or_kill
 
 
+def continued() -> None:
+    """MODE continue: one process, plain Keras, going on from the samples of the epoch after the backup's
+    (Keras' training metadata: the epoch, and the batch of the backup's job at BATCH a process); writes
+    the result of the epochs after that one, whose History is whole."""
+    backup = os.path.join(args.workdir, "backup")
+    with open(os.path.join(backup, "training_metadata.json")) as f:
+        metadata = json.load(f)
+    epoch, done = metadata["epoch"], (metadata["batch"] + 1) * BATCH * args.backup_processes
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(os.path.join(backup, "latest.weights.h5"))
+    model.fit(x[done:], y[done:], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    later = model.fit(
+        x, y, batch_size=BATCH, epochs=EPOCHS, initial_epoch=epoch + 1, shuffle=False, verbose=0
+    )
+    result = {
+        "final": [np.asarray(w).tolist() for w in model.get_weights()],
+        "iterations": int(np.asarray(model.optimizer.iterations)),
+        "learning_rate": applied_rate(model),
+        "history": {"epoch": later.epoch, **later.history},
+    }
+    with open(os.path.join(args.workdir, "continued.json"), "w") as f:
+        json.dump(result, f)
+
+
+if args.mode == "continue":
+    continued()
+    raise SystemExit(0)
 epochs = Epochs()
 if args.kill_in_save and rank == 0:
     kill_in_save(args.kill_in_save)
