@@ -241,6 +241,26 @@ def backup_counts_from(backup: Any, batch: int) -> None:
     backup._batches_seen_since_last_saving = 0
 
 
+def restored_backup_position(model: Any) -> tuple[int, int] | None:
+    """tf.keras: the epoch and the batch in it after which the backup that BackupAndRestore restored (in its
+    on_train_begin) was written, or None where it restored none written inside an epoch. tf.keras keeps
+    them in variables of the checkpoint (`model._training_state`, a WorkerTrainingState), and reads them
+    when fit starts; no public API shows them."""
+    state = getattr(model, "_training_state", None)
+    if state is None:
+        return None
+    epoch, batch = int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+    return None if batch < 0 or epoch < 0 else (epoch, batch)
+
+
+def resume_after_batch(model: Any, batch: int) -> None:
+    """tf.keras: the fit about to start resumes the restored backup's epoch after `batch` of it, not after
+    the batch the backup was written at. fit reads the restored checkpoint's batch right after the
+    callbacks' on_train_begin (WorkerTrainingState.maybe_load_initial_counters_from_ckpt) and counts it in
+    its own batches; `initial_epoch` is the only public counter, and it has no step."""
+    model._training_state._ckpt_saved_batch.assign(batch)
+
+
 def clone_uncompiled(keras: Any, model: Any) -> Any:
     """Keras 3's `clone_model` of a compiled model, nested models included, left uncompiled.
 

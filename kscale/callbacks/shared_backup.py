@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from kscale import _keras_private, agreement, checkpoint_io, log, model_steps, plan_notes
+from kscale import _keras_private, agreement, checkpoint_io, epoch_position, log, model_steps, plan_notes
 from kscale.callbacks import backup_journal
 from kscale.errors import BackendError
 from kscale.metric_states import state_variables
@@ -48,25 +48,6 @@ def _running(pid: int) -> bool:
     return True
 
 
-def same_samples_batch(wrote: dict, now: dict, batch: int) -> int | None:
-    """The batch of an epoch of the job `now` that ends the samples its `batch` ended in the job that wrote
-    the backup (`wrote`; both as JOB_RECORD holds them), or None where no batch does.
-
-    A job like the writer's (processes, steps an epoch): the same batch. One of another number of
-    processes or global batch (array data, one process's order at any number of them): the batch after
-    which as many samples of the epoch are done, where one is (a 2-process job's batch b is a 1-process
-    job's batch 2b + 1 at half its global batch); the writer's last batch of an epoch, this job's last."""
-    if (wrote["processes"], wrote["steps_per_epoch"]) == (now["processes"], now["steps_per_epoch"]):
-        return batch
-    before, after, steps = wrote.get("global_batch"), now["global_batch"], now["steps_per_epoch"]
-    if not (before and after and steps and wrote["steps_per_epoch"]):
-        return None
-    if batch + 1 == wrote["steps_per_epoch"]:
-        return steps - 1
-    done, rest = divmod((batch + 1) * before, after)
-    return done - 1 if rest == 0 and done < steps else None
-
-
 class SharedBackup(keras.callbacks.Callback):
     """The user's `keras.callbacks.BackupAndRestore`, for every process of a job.
 
@@ -85,7 +66,7 @@ class SharedBackup(keras.callbacks.Callback):
     batches up to the backup's are read again without training (model_steps.skip_training), so the data
     goes on where it was, and the metrics go on from the record: weights, History and evaluate are the
     uninterrupted run's. Resumed by another number of processes (array data), the batches read again are
-    this job's up to the same samples (same_samples_batch): the rest of the epoch is one process's at
+    this job's up to the same samples (kscale/epoch_position.py): the rest of the epoch is one process's at
     this job's global batch from the backup on. Elsewhere Keras' own restart of the epoch stands, and the
     chief says so.
     """
@@ -221,7 +202,7 @@ class SharedBackup(keras.callbacks.Callback):
             and [np.shape(state) for state in inside["metric_states"]]
             == [tuple(variable.shape) for variable in variables]
         ):
-            batch = same_samples_batch(written, self._job, position[1])
+            batch = epoch_position.same_samples_batch(written, self._job, position[1])
             if batch is not None:
                 found = (position[0], batch, inside["metric_states"])
         agreement.check_same_backup_record(

@@ -12,8 +12,11 @@ step), then sets the metric states from the record: weights, History and evaluat
 never stopped. Where the record is not the backup's, the chief says what differs: a loss between the backup
 and the record (the batches are read again all the same: the weights go on as never stopped, the epoch's
 metrics count its batches after the backup only); a job of another number of processes or of steps an
-epoch (tf.keras counts the backup's step in this job's batches: not the samples the backup had trained);
-compile's steps_per_execution > 1 (tf.keras resumes inside the backup's last execution).
+epoch whose batches end no batch of this job's (tf.keras counts the backup's step in this job's batches:
+not the samples the backup had trained); compile's steps_per_execution > 1 (tf.keras resumes inside the
+backup's last execution). A job of another number of processes or global batch (array data) where one of
+its batches ends the backup's samples (kscale/epoch_position.py) resumes after that batch instead: tf.keras
+is told it before fit starts, and the rest of the epoch is one process's at this job's global batch.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import agreement, checkpoint_io, log, model_steps, plan_notes
+from kscale import _keras_private, agreement, checkpoint_io, epoch_position, log, model_steps, plan_notes
 from kscale.metric_states import state_variables
 
 #: Beside the backup: the epoch, batch and metric states of the last backup written inside an epoch.
@@ -48,6 +51,8 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         #: The batch of the epoch under way after which the last backup was written (None: none yet).
         self._backed_up_after: int | None = None
         self._record: dict | None = None
+        #: The batch of this job after which the restored backup's epoch goes on (None: not the record's).
+        self._goes_on: int | None = None
 
     def on_train_begin(self, logs: Any = None) -> None:
         self._since_backup = 0
@@ -55,6 +60,10 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         if checkpoint_io.exists(self._path):
             with tf.io.gfile.GFile(self._path) as f:
                 self._record = json.loads(f.read())
+        # Read before fit starts: tf.keras sets the restored batch anew at each batch's beginning.
+        self._goes_on = self._goes_on_after()
+        if self._goes_on is not None and self._goes_on != self._record["batch"]:  # its samples end elsewhere
+            _keras_private.resume_after_batch(self.model, self._goes_on)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch, self._epoch_begins, self._backed_up_after = epoch, True, None
@@ -92,34 +101,63 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
 
     def _job(self) -> dict:
         steps = self.params.get("steps")
+        plan = getattr(self.model, "kscale_plan", None)
         return {
             "processes": self.backend.num_workers,
             "steps_per_epoch": None if steps is None else int(steps),
+            # The samples of one step (array data; None where the data holds the batch).
+            "global_batch": None if plan is None else plan.global_batch,
         }
+
+    def _same_job(self, record: dict) -> bool:
+        job = self._job()
+        return (record.get("processes"), record.get("steps_per_epoch")) == (
+            job["processes"],
+            job["steps_per_epoch"],
+        )
+
+    def _goes_on_after(self) -> int | None:
+        """The batch of this job after which the record's epoch goes on where the backup tf.keras restored is
+        the record's (kscale/epoch_position.py: the same batch in a job like the writer's, or the one that
+        ends the same samples), or None."""
+        record = self._record or {}
+        if not {"epoch", "batch", "processes", "steps_per_epoch"} <= record.keys():
+            return None
+        if _keras_private.restored_backup_position(self.model) != (record["epoch"], record["batch"]):
+            return None
+        return epoch_position.same_samples_batch(record, self._job(), record["batch"])
 
     def _resume_at(self, step: int) -> None:
         """tf.keras resumed the epoch at `step` on its data from the first batch: read `step` batches first,
         then set the epoch's metric states where the record is the backup's (agreed by every worker)."""
         record = self._record or {}
-        same_job = {k: record.get(k) for k in self._job()} == self._job()
-        ours = same_job and (record.get("epoch"), record.get("batch")) == (self._epoch, step - 1)
+        ours = record.get("epoch") == self._epoch and self._goes_on == step - 1
         agreement.check_same_backup_record(self.backend.gather, ours, self.backup.backup_dir, RECORD)
-        model_steps.read_before_training(self.model, step, lambda: self._restore(step, ours, same_job))
+        model_steps.read_before_training(self.model, step, lambda: self._restore(step, ours))
 
-    def _restore(self, step: int, ours: bool, same_job: bool) -> None:
+    def _restore(self, step: int, ours: bool) -> None:
         """After the batches read again (the metrics built): the epoch's metric states from the record where
         it is `ours` (the backup's), and the chief says where the job goes on."""
         self.model.reset_metrics()
         record = self._record or {}
+        same_job = self._same_job(record)
         where = f"BackupAndRestore: epoch {self._epoch + 1} resumed at batch {step + 1}"
         variables, reductions = state_variables(self.model)
         states = record.get("metric_states") if ours else None
         if states is not None and [np.shape(s) for s in states] == [tuple(v.shape) for v in variables]:
             self.backend.restore_metric_states(variables, states, reductions)
-            resumed = plan_notes.resumed_inside_an_epoch(self.model, "tf.keras' backup")
+            by, otherwise = "", ", as if the job had never stopped"
+            if not same_job:
+                job = self._job()
+                by = (
+                    f" by {record['processes']} process(es) at global batch {record.get('global_batch')}, on "
+                    f"{job['processes']} at global batch {job['global_batch']}, after the same samples"
+                )
+                otherwise = ", as one process at this job's global batch would"
+            resumed = plan_notes.resumed_inside_an_epoch(self.model, "tf.keras' backup", otherwise)
             log.chief(
-                f"{where}, after the backup written after batch {step} (its first {step} batches are read "
-                f"again, not trained; its metrics go on from the backup's){resumed}",
+                f"{where}, after the backup written after batch {record['batch'] + 1}{by} (its first {step} "
+                f"batches are read again, not trained; its metrics go on from the backup's){resumed}",
                 self.backend.is_chief,
             )
             return
@@ -127,7 +165,8 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
             said = (
                 f"WARNING: {where}, from a backup that a job of {record.get('processes')} process(es) at "
                 f"{record.get('steps_per_epoch')} steps an epoch wrote (this one: {self._job()['processes']}, "
-                f"{self._job()['steps_per_epoch']}): tf.keras counts the backup's step in this job's batches, "
+                f"{self._job()['steps_per_epoch']}), whose batches end no batch of this job's (or whose data "
+                "held its batch): tf.keras counts the backup's step in this job's batches, "
                 f"so the epoch's first {step} batches are read again, not trained, but they are not the samples "
                 "the backup had trained, and the epoch's metrics count its batches from here only. Resume on "
                 "as many processes, or back up at epochs' ends (save_freq='epoch') to change their number"

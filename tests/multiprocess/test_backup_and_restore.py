@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import sys
 
 import numpy as np
@@ -170,3 +171,50 @@ def test_two_workers_killed_inside_an_epoch_restarted_by_kscale_run(
     assert "restart 1 of 1" in done.stdout, (kill, done.stdout[-4000:])
     backed_up = kill // SAVE_FREQ * SAVE_FREQ
     _assert_resumed(tmp_path, 2, uninterrupted, tuple(range(backed_up // STEPS_PER_EPOCH, 4)))
+
+
+# Issue 43, item 4: a backup written inside an epoch by 2 Horovod workers at global batch 8 (8 steps an
+# epoch), resumed by one process at global batch 4 (16 steps an epoch). tf.keras alone resumes after the
+# backup's batch counted in the new job's batches (other samples); kscale resumes after the batch that ends
+# the backup's samples (kscale/epoch_position.py), and the job ends as plain tf.keras in one process going
+# on from those samples. (One launcher is enough: how the backup was written is each launcher's
+# notice test above; the job that resumes is one process.)
+@pytest.mark.timeout(420)
+def test_a_backup_inside_an_epoch_of_two_workers_resumed_on_one_goes_on_after_the_same_samples(
+    horovodrun, run_python, tmp_path
+):
+    rng = random.Random()
+    stop = rng.choice([9, 12, 15, 18, 21, 27, 30])  # a backup's step inside an epoch, not at its end
+
+    def stops_at(notice: int) -> int:  # the next step a backup is written after, or an epoch ends
+        return min(k for k in range(notice, 33) if k % SAVE_FREQ == 0 or k % STEPS_PER_EPOCH == 0)
+
+    notice = rng.choice([n for n in range(stop - 2, stop + 1) if stops_at(n) == stop])
+    epoch, batch = (stop - 1) // STEPS_PER_EPOCH, (stop - 1) % STEPS_PER_EPOCH  # from 0
+    every = ["--save-freq", str(SAVE_FREQ)]
+    stopped = horovodrun(
+        2, [WORKER, "horovod", str(tmp_path), *every, "--notice-at-step", str(notice)], check=False
+    )
+    workers = "".join(line for line in _output(stopped).splitlines(True) if line.startswith("["))
+    _assert_preempted([PREEMPTED], workers, notice, SAVE_FREQ)
+    plain = tmp_path / "plain"
+    shutil.copytree(tmp_path / "backup", plain / "backup")
+    resumed_run = run_python([WORKER, "one", str(tmp_path), *every])
+    goes_on = 2 * (batch + 1)  # this job's batches the backup's samples fill
+    said = (
+        f"epoch {epoch + 1} resumed at batch {goes_on + 1}, after the backup written after batch {batch + 1} "
+        "by 2 process(es) at global batch 8, on 1 at global batch 4, after the same samples (its first "
+        f"{goes_on} batches are read again, not trained"
+    )
+    assert said in _output(resumed_run), (notice, _output(resumed_run)[-3000:])
+    resumed = _result(tmp_path, 0)
+    run_python([WORKER, "continue", str(plain), "--backup-processes", "2"])
+    with open(plain / "continued.json") as f:
+        continued = json.load(f)
+    assert resumed["epochs"] == list(range(epoch, 4)), (notice, resumed["epochs"])
+    steps = stop + (16 - goes_on) + 16 * (3 - epoch)  # the backup's, the epoch's rest, the epochs after
+    assert resumed["iterations"] == continued["iterations"] == steps, (notice, resumed["iterations"])
+    assert _max_diff(resumed["final"], continued["final"]) < TOLERANCE, notice
+    after = resumed["history"]["loss"][1:]  # the epochs after the resumed one
+    assert continued["history"]["epoch"] == list(range(epoch + 1, 4)), continued["history"]["epoch"]
+    assert after == pytest.approx(continued["history"].get("loss", []), rel=TOLERANCE), (notice, after)

@@ -6,6 +6,7 @@ instead of distribute() failing somewhere inside a user's training run.
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from kscale import _keras_private
@@ -344,3 +345,35 @@ def test_batch_orders_are_the_orders_fit_takes_a_sequences_batches_in():
     model.fit(Batches(), epochs=3, verbose=0)
     random.seed(5)
     assert _keras_private.batch_orders(tf.keras, 10, 3).tolist() == np.reshape(seen, (3, 10)).tolist()
+
+
+def test_tf_keras_resumes_a_backup_inside_an_epoch_after_the_batch_kscale_sets(tmp_path):
+    """restored_backup_position reads the epoch and batch of the backup BackupAndRestore restored, and
+    resume_after_batch moves where the fit about to start resumes (kscale/keras2/backup_inside_epoch.py)."""
+    x = np.arange(5, dtype="float32").reshape(5, 1)
+
+    def compiled() -> tf.keras.Model:
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
+        model.compile("sgd", "mse")
+        return model
+
+    def backup() -> tf.keras.callbacks.BackupAndRestore:
+        return tf.keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=2, delete_checkpoint=False)
+
+    seen: dict = {}
+
+    class Probe(tf.keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["restored"] = _keras_private.restored_backup_position(self.model)
+            if seen["restored"] is not None:
+                _keras_private.resume_after_batch(self.model, 1)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.setdefault("first", batch)
+
+    compiled().fit(x, x, batch_size=1, epochs=1, verbose=0, callbacks=[backup(), Probe()])
+    assert seen == {"restored": None, "first": 0}  # nothing to restore: none
+    seen.clear()
+    # The first fit backed up after batches 1 and 3 of its 5 (save_freq=2): tf.keras alone resumes at 4.
+    compiled().fit(x, x, batch_size=1, epochs=1, verbose=0, callbacks=[backup(), Probe()])
+    assert seen == {"restored": (0, 3), "first": 2}

@@ -6,6 +6,10 @@ resume.py MODE WORKDIR [--crash-after-epochs K]
   MODE mirrored      kscale, MirroredStrategy on 2 logical CPUs, batch b, lr η
   MODE horovod       kscale under horovodrun -np 2, batch b, lr η; rank 1 starts from other weights
   MODE multi_worker  kscale, 2 TF_CONFIG workers, batch b, lr η
+  MODE one           kscale, one process, batch b, lr η (a 2-worker job's backup resumed on one)
+  MODE continue      plain Keras, one process, batch b, lr η, from the checkpoint in WORKDIR/backup that
+                     --backup-processes P workers wrote inside an epoch: that epoch's samples after the
+                     backup's trained, then the epochs after it (one process going on from the backup)
 With --crash-after-epochs K the chief (every worker under multi_worker, where a lone survivor would wait
 forever in the next collective) exits with status 3 right after epoch K's backup: a killed job.
 With --notice-at-step S rank --notice-rank (default 1; 0 in one process) sends itself SIGTERM, a preemption
@@ -29,6 +33,7 @@ parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--notice-rank", type=int, default=1)
 parser.add_argument("--save-freq", type=int, default=0)
 parser.add_argument("--kill-at-step", type=int, default=0)
+parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -57,7 +62,7 @@ model = tf.keras.Sequential(
 one_process = args.mode in ("reference", "single")
 # Momentum: the optimizer has state of its own, which the backup must carry over too.
 model.compile(optimizer=tf.keras.optimizers.SGD(LR * (2 if one_process else 1), momentum=0.9), loss="mse")
-if args.mode != "reference":
+if args.mode not in ("reference", "continue"):
     options = {"backend": "mirrored", "devices": ["CPU:0", "CPU:1"]} if args.mode == "mirrored" else {}
     model = kscale.distribute(model, print_plan=False, **options)
 
@@ -112,6 +117,31 @@ class Epochs(tf.keras.callbacks.Callback):
             os._exit(3)
 
 
+def continued() -> None:
+    """MODE continue: one process, plain tf.keras, going on from the samples of the epoch after the backup's
+    (the checkpoint's epoch, and its batch in the backup's job at BATCH a worker); writes the result of
+    the epochs after that one, whose History is whole."""
+    epoch, batch = tf.Variable(-1, dtype=tf.int64), tf.Variable(-1, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(model=model, ckpt_saved_epoch=epoch, ckpt_saved_batch=batch)
+    folder = os.path.join(args.workdir, "backup", "chief")
+    checkpoint.restore(tf.train.latest_checkpoint(folder)).expect_partial()
+    epoch, done = int(epoch.numpy()), (int(batch.numpy()) + 1) * BATCH * args.backup_processes
+    model.fit(x[done:], y[done:], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    later = model.fit(
+        x, y, batch_size=BATCH, epochs=EPOCHS, initial_epoch=epoch + 1, shuffle=False, verbose=0
+    )
+    result = {
+        "final": [w.tolist() for w in model.get_weights()],
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "history": {"epoch": later.epoch, **later.history},
+    }
+    with open(os.path.join(args.workdir, "continued.json"), "w") as f:
+        json.dump(result, f)
+
+
+if args.mode == "continue":
+    continued()
+    raise SystemExit(0)
 epochs = Epochs()
 backup = tf.keras.callbacks.BackupAndRestore(
     os.path.join(args.workdir, "backup"), save_freq=args.save_freq or "epoch"

@@ -1,12 +1,12 @@
 """Where a backup written inside an epoch goes on in a job of another number of processes or global batch
-(kscale/callbacks/shared_backup.py, issue 43 item 4): after the batch that ends the same samples, or
+(kscale/epoch_position.py, issue 43 item 4): after the batch that ends the same samples, or
 nowhere (Keras' own restart of the epoch, which the chief names)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kscale.callbacks.shared_backup import same_samples_batch
+from kscale.epoch_position import same_samples_batch
 
 
 def job(processes: int, steps: int | None, global_batch: int | None) -> dict:
