@@ -48,7 +48,8 @@ def _assert_resumed(workdir, ranks: int, uninterrupted: dict, resumed_epochs: tu
         for part in ("weights", "optimizer"):
             assert _max_diff(result["restored"][part], backed_up[part]) == 0.0, f"rank {rank}: {part}"
         assert result["epochs"] == list(resumed_epochs), f"rank {rank} ran epochs {result['epochs']}"
-        # 64 samples at global batch 8: 8 steps an epoch; 16 came back with the backup, 16 were run.
+        # 64 samples at global batch 8: 8 steps an epoch, 32 in all: those done before the backup came back
+        # with it (its step count, checked above), the rest were run.
         assert result["iterations"] == uninterrupted["iterations"] == 32, f"rank {rank}"
         assert _max_diff(result["final"], results[0]["final"]) == 0.0, f"rank {rank} differs from rank 0"
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, f"rank {rank}"
