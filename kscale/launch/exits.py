@@ -44,6 +44,18 @@ signals_received: list[int] = []
 
 
 @contextlib.contextmanager
+def notices_held() -> Iterator[None]:
+    """SIGTERM and SIGINT wait while the block runs, and reach their handler after it: a launcher that
+    records a worker it just started and tells it of a notice that came while it started does one or the
+    other, never both, and never neither. (Not around starting a process: it would inherit the mask.)"""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextlib.contextmanager
 def preemption_marker() -> Iterator[str]:
     """While the workers run: the file a worker creates when it stops for a preemption notice, named in
     their environment (environment.PREEMPTED_MARKER_VARIABLE; every engine passes this process's

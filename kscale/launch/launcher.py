@@ -501,19 +501,26 @@ def _run_torchrun(command: list[str], env: dict[str, str]) -> int:
             "here: pip install 'kscale[torch]' (on a CPU-only machine install torch first from "
             "https://download.pytorch.org/whl/cpu)."
         )
-    # Its output passes through this process's streams, as the other engines' does (kscale test reads it).
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    threads = [
-        threading.Thread(target=_pass_through, args=(stream, target), daemon=True)
-        for stream, target in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))
-    ]
-    for thread in threads:
-        thread.start()
-    # SIGTERM, a scheduler's preemption notice, passes on to torchrun, which passes it on to the workers.
+    # SIGTERM, a scheduler's preemption notice, passes on to torchrun, which passes it on to the workers;
+    # the handler before torchrun starts, so that a notice while it starts is not this process's end.
+    started: list[subprocess.Popen] = []
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, functools.partial(_pass_on_sigterm, process))
+        previous = signal.signal(signal.SIGTERM, functools.partial(_pass_on_sigterm, started))
+    threads: list[threading.Thread] = []
     try:
+        # Its output passes through this process's streams, as the other engines' does (kscale test reads it).
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        with exits.notices_held():
+            started.append(process)
+            if signal.SIGTERM in exits.signals_received:  # the notice came while torchrun started
+                process.send_signal(signal.SIGTERM)
+        threads = [
+            threading.Thread(target=_pass_through, args=(stream, target), daemon=True)
+            for stream, target in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))
+        ]
+        for thread in threads:
+            thread.start()
         code = process.wait()
     except KeyboardInterrupt:
         exits.signals_received.append(signal.SIGINT)
@@ -527,9 +534,10 @@ def _run_torchrun(command: list[str], env: dict[str, str]) -> int:
     return code
 
 
-def _pass_on_sigterm(process: subprocess.Popen, signum: int, frame: Any) -> None:
+def _pass_on_sigterm(started: list[subprocess.Popen], signum: int, frame: Any) -> None:
     exits.signals_received.append(signum)
-    process.send_signal(signal.SIGTERM)
+    for process in started:
+        process.send_signal(signal.SIGTERM)
 
 
 def _pass_through(source: Any, target: Any) -> None:

@@ -43,23 +43,31 @@ def _forward(source: IO[bytes], target: Any, rank: int, stream: str) -> None:
 def run(command: Sequence[str], envs: Mapping[int, Mapping[str, str]], log: Any = None) -> int:
     """Start one process per global rank in `envs`; return 0 when all succeed, else the first failure's status."""
     log = log or sys.stderr
-    workers = [Worker(rank, start_process(command, env)) for rank, env in envs.items()]
-    threads = [
-        threading.Thread(target=_forward, args=(stream, target, w.rank, name), daemon=True)
-        for w in workers
-        for stream, target, name in (
-            (w.process.stdout, sys.stdout, "stdout"),
-            (w.process.stderr, sys.stderr, "stderr"),
-        )
-    ]
-    for thread in threads:
-        thread.start()
+    workers: list[Worker] = []
     interrupted: list[int] = []
+    forwarded: list[int] = []
     previous = {}
+    # The handler before the first worker starts: a notice while they start (one may print already) is
+    # passed on to them, not the end of this process by SIGTERM's default, leaving them without it.
     if threading.current_thread() is threading.main_thread():
-        handler = functools.partial(_on_signal, workers, interrupted, [])
+        handler = functools.partial(_on_signal, workers, interrupted, forwarded)
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    threads: list[threading.Thread] = []
     try:
+        for rank, env in envs.items():
+            worker = Worker(rank, start_process(command, env))
+            with exits.notices_held():
+                workers.append(worker)
+                if forwarded:  # the notice came while the workers before this one started
+                    signal_groups([worker.process], signal.SIGTERM)
+            for stream, target, name in (
+                (worker.process.stdout, sys.stdout, "stdout"),
+                (worker.process.stderr, sys.stderr, "stderr"),
+            ):
+                threads.append(
+                    threading.Thread(target=_forward, args=(stream, target, rank, name), daemon=True)
+                )
+                threads[-1].start()
         failed = _wait(workers, interrupted)
     finally:
         stop_processes([w.process for w in workers])

@@ -64,6 +64,54 @@ def test_sigterm_to_the_launcher_reaches_every_worker_which_may_finish_first(tmp
     assert code == 143, output
 
 
+# A launcher told SIGTERM right after it started its first worker, before the second: it must not end by
+# SIGTERM's default (status -15, its workers left running without the notice; seen under a CPU-bound
+# process beside the tests, when the notice came before the launcher's handler was set). Each worker waits
+# for the notice at most 60 s, and says whether it had it.
+PATIENT_WORKER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    told = []
+    signal.signal(signal.SIGTERM, lambda *_: told.append(1))
+    deadline = time.monotonic() + 60
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.01)
+    open(os.path.join(sys.argv[1], ("told." if told else "untold.") + os.environ["RANK"]), "w").close()
+    sys.exit(143 if told else 0)
+    """
+)
+NOTICE_WHILE_STARTING = textwrap.dedent(
+    """
+    import os, signal, sys
+    from kscale.launch import workers
+    start = workers.start_process
+    def start_then_notice(command, env):
+        process = start(command, env)
+        if env["RANK"] == "0":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return process
+    workers.start_process = start_then_notice
+    env = dict(os.environ)
+    command = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
+    sys.exit(workers.run(command, {rank: {**env, "RANK": str(rank)} for rank in range(2)}))
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_notice_while_the_workers_start_reaches_every_worker(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", NOTICE_WHILE_STARTING, PATIENT_WORKER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    output = done.stdout + done.stderr
+    # The launcher's own status: 143 (a worker told before it set its handler ended by SIGTERM: 128 + 15).
+    assert done.returncode == 143, (done.returncode, output)
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("untold")], os.listdir(tmp_path)
+
+
 def test_the_job_says_preempted_where_a_worker_left_the_marker(tmp_path, capsys):
     marker = tmp_path / "preempted"
     assert exits.job_status(1, str(marker)) == 1  # a failure, no notice
