@@ -524,6 +524,8 @@ def _run_torchrun(command: list[str], env: dict[str, str]) -> int:
         code = process.wait()
     except KeyboardInterrupt:
         exits.signals_received.append(signal.SIGINT)
+        if not started:  # while torchrun started: there is none to stop
+            raise
         process.send_signal(signal.SIGINT)  # torchrun stops its workers itself
         code = process.wait()
     finally:

@@ -80,21 +80,21 @@ PATIENT_WORKER = textwrap.dedent(
     sys.exit(143 if told else 0)
     """
 )
-NOTICE_WHILE_STARTING = textwrap.dedent(
-    """
-    import os, signal, sys
-    from kscale.launch import workers
-    start = workers.start_process
-    def start_then_notice(command, env):
-        process = start(command, env)
-        if env["RANK"] == "0":
-            os.kill(os.getpid(), signal.SIGTERM)
-        return process
-    workers.start_process = start_then_notice
-    env = dict(os.environ)
-    command = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
-    sys.exit(workers.run(command, {rank: {**env, "RANK": str(rank)} for rank in range(2)}))
-    """
+NOTICE_WHILE_STARTING = (
+    textwrap.dedent(
+        """
+        import os, signal
+        from kscale.launch import workers
+        start = workers.start_process
+        def start_then_notice(command, env):
+            process = start(command, env)
+            if env["RANK"] == "0":
+                os.kill(os.getpid(), signal.SIGTERM)
+            return process
+        workers.start_process = start_then_notice
+        """
+    )
+    + LAUNCHER
 )
 
 
