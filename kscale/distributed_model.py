@@ -22,6 +22,7 @@ from typing import Any
 from kscale import (
     _keras_private,
     backends,
+    backup_clock,
     compiling,
     data_plan,
     frameworks,
@@ -51,7 +52,8 @@ def distribute(model: Any, **options: Any) -> Any:
     Options (all optional): backend ('single' | 'mirrored' | 'horovod' | 'multi_worker' | 'jax'), devices,
     lr_scaling ('linear' | 'sqrt' | 'none'), warmup_epochs, data_policy ('shard' | 'every_sample' |
     'divide_epochs' | 'none'), batch_semantics ('per_replica' | 'global'), print_plan, check_agreement,
-    preemption_notice (a function: True once this worker will be preempted), and the backend's
+    preemption_notice (a function: True once this worker will be preempted), backup_minutes (fit's
+    BackupAndRestore backs up every M minutes of training), and the backend's
     own (horovod: compression, backward_passes_per_step, split_predict, elastic_commit_batches; Keras 3
     backends: gradient_accumulation_steps).
 
@@ -158,6 +160,8 @@ def _fit_in_this_world(
         state.validation_whole = data_plan.feed_validation(backend, opts, a, per_replica)
     keras = backend.family.keras_module()
     given = list(a.get("callbacks") or [])
+    backups = [cb for cb in given if isinstance(cb, keras.callbacks.BackupAndRestore)]
+    backup_clock.timed(backups, opts.backup_minutes)  # before the backup's companions copy its save_freq
     preemption_stop = preemption.stop_for(
         given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice
     )
@@ -169,6 +173,7 @@ def _fit_in_this_world(
         *feed.notes,
         *plan_notes.notes(backend, self, metrics),
         *preemption.notes(preemption_stop, bool(shuffle) and is_array_data(x)),
+        *backup_clock.notes(opts.backup_minutes, backups),
     )
     model_state.set_plan(
         self,

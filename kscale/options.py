@@ -30,6 +30,8 @@ class Options:
     #: A function asked at each epoch's end whether this worker will be preempted (True: a notice, as
     #: SIGTERM is), for schedulers that announce it otherwise (a cloud's metadata server). kscale/preemption.py
     preemption_notice: Callable[[], bool] | None = None
+    #: fit's BackupAndRestore backs up every this many minutes of training (kscale/backup_clock.py).
+    backup_minutes: float | None = None
 
     @classmethod
     def parse(cls, options: dict[str, Any]) -> tuple[Options, dict[str, Any]]:
@@ -54,6 +56,14 @@ class Options:
             raise OptionError(
                 f"preemption_notice={notice!r} must be a function of no arguments that returns True once this "
                 "worker is told it will be preempted (or None)."
+            )
+        minutes = common.get("backup_minutes")
+        if minutes is not None and (
+            not isinstance(minutes, int | float) or isinstance(minutes, bool) or minutes <= 0
+        ):
+            raise OptionError(
+                f"backup_minutes={minutes!r} must be a number of minutes > 0 (fit's "
+                "keras.callbacks.BackupAndRestore then backs up that often), or None."
             )
         if common.get("devices") is not None:
             common["devices"] = tuple(common["devices"])

@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kscale import _keras_private, agreement, checkpoint_io, epoch_position, log, model_steps, plan_notes
+from kscale import (
+    _keras_private,
+    agreement,
+    backup_clock,
+    checkpoint_io,
+    epoch_position,
+    log,
+    model_steps,
+    plan_notes,
+)
 from kscale.metric_states import state_variables
 
 #: Beside the backup: the epoch, batch and metric states of the last backup written inside an epoch.
@@ -64,6 +73,8 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         self._goes_on = self._goes_on_after()
         if self._goes_on is not None and self._goes_on != self._record["batch"]:  # its samples end elsewhere
             _keras_private.resume_after_batch(self.model, self._goes_on)
+        if (clock := backup_clock.clock_of(self.backup)) is not None:
+            clock.start()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch, self._epoch_begins, self._backed_up_after = epoch, True, None
@@ -89,6 +100,9 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
                 "metric_states": [np.asarray(state).tolist() for state in states],
             }
             checkpoint_io.atomic_save(self._path, lambda path: _write(path, record), may_be_folder=False)
+        if (clock := backup_clock.clock_of(self.backup)) is not None:  # every M minutes: the next, agreed
+            self.backup.save_freq = clock.batches_to_next_backup(self.backup.save_freq, self.backend.gather)
+            clock.start()
 
     def resumes_after(self, batch: int) -> bool:
         """Whether a backup was written after `batch` of the epoch under way (it resumes at the next batch:

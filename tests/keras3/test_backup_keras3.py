@@ -165,6 +165,31 @@ def test_a_notice_to_one_process_then_a_kill_and_the_restarted_job_ends_as_if_ne
         _assert_same_history(result, uninterrupted)
 
 
+def test_backups_every_m_minutes_at_the_slowest_pace_stop_for_a_notice_and_resume_exactly(
+    uninterrupted, tmp_path
+):
+    """distribute(backup_minutes=0.02): every 1.2 s, where the last process sleeps 0.2 s after each step
+    (8 steps an epoch): after the first backup (after 2 batches) the processes agree on the slowest one's
+    pace, 6 batches at most (fewer where the steps themselves take time). SIGTERM to the last process at a
+    random step of epochs 0-1 stops both at the next timed backup (or an epoch's end), and `kscale run
+    --max-restarts 1` starts the job again: it resumes after its last backup and ends as one uninterrupted
+    process does (steps, weights, History)."""
+    notice = random.Random().randint(1, 16)
+    timed = ("--backup-minutes", "0.02", "--step-seconds", "0.2", "--notice-at-step", str(notice))
+    done = _launch(2, "kscale", str(tmp_path), *timed, restarts=1)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, (notice, output[-3000:])
+    assert "every worker stopped after" in output and "restart 1 of 1" in output, (notice, output[-3000:])
+    results = [json.loads((tmp_path / f"result.{rank}.json").read_text()) for rank in range(2)]
+    assert results[0]["save_freq"] == results[1]["save_freq"], results[1]["save_freq"]
+    # 1.2 s at 0.2 s a step and more: 6 at most; 3 unless a step of this small model took 0.2 s itself.
+    assert 3 <= results[0]["save_freq"] <= 6, results[0]["save_freq"]
+    for rank, result in enumerate(results):
+        assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice)
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice)
+        _assert_same_history(result, uninterrupted)
+
+
 @pytest.mark.skipif(
     keras.config.backend() != "jax",
     reason="the notice's source is backend-free (kscale/preemption.py Notice); the agreement on it runs in "

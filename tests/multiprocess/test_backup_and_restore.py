@@ -153,6 +153,34 @@ def test_two_tf_config_workers_notice_to_one(tf_config_workers, uninterrupted, t
     _assert_resumed(tmp_path, 2, uninterrupted, resumed)
 
 
+# distribute(backup_minutes=0.02): every 1.2 s, where rank 1 sleeps 0.2 s after each step (8 steps an epoch):
+# after the first backup (after 2 batches) the workers agree on the slowest one's pace, 6 batches at most
+# (fewer where the steps themselves take time). SIGTERM to rank 1 at a random step of epochs 0-1 stops both at
+# the next timed backup (or an epoch's end); run again, the job resumes after its last backup and ends as one
+# uninterrupted process does. (One launcher: the timed backup is the family's, the same under each.)
+@pytest.mark.timeout(300)
+def test_two_horovod_workers_back_up_every_m_minutes_stop_for_a_notice_and_resume_exactly(
+    horovodrun, uninterrupted, tmp_path
+):
+    timed = ["--backup-minutes", "0.02", "--step-seconds", "0.2"]
+    notice = random.Random().randint(1, 16)
+    worker = [WORKER, "horovod", str(tmp_path), *timed]
+    stopped = horovodrun(2, [*worker, "--notice-at-step", str(notice)], check=False)
+    assert f"Exit code: {PREEMPTED}" in _output(stopped), (notice, _output(stopped)[-3000:])
+    assert "every worker stopped after" in _output(stopped), (notice, _output(stopped)[-3000:])
+    horovodrun(2, worker)
+    results = [_result(tmp_path, rank) for rank in range(2)]
+    assert results[0]["save_freq"] == results[1]["save_freq"], results[1]["save_freq"]
+    # 1.2 s at 0.2 s a step and more: 6 at most; 3 unless a step of this small model took 0.2 s itself.
+    assert 3 <= results[0]["save_freq"] <= 6, results[0]["save_freq"]
+    for rank, result in enumerate(results):
+        assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice)
+        assert _max_diff(result["final"], results[0]["final"]) == 0.0, (rank, notice)
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice)
+        expected = [uninterrupted["history"]["loss"][epoch] for epoch in result["history"]["epoch"]]
+        assert result["history"]["loss"] == pytest.approx(expected, rel=TOLERANCE), (rank, notice)
+
+
 # A loss without notice inside an epoch: BackupAndRestore(save_freq=3), and SIGKILL to the last rank after a
 # random step that is not a backup's (so that which backup was the last one written is certain: the one
 # before it). `kscale run --max-restarts 1` ends the job and starts it again, which resumes at the step after

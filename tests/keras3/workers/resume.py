@@ -22,6 +22,8 @@ SIGTERM to `kscale run`, which passes it on).
 With --kill-at-step S (repeatable) the last process kills itself with SIGKILL after its step S, once for
 each S (WORKDIR/killed.S says it did): a loss without notice.
 With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq), not each epoch.
+With --backup-minutes M it is written every M minutes (distribute's backup_minutes), and with
+--step-seconds T the last process sleeps T seconds after each of its steps (the slowest sets the pace).
 With --kill-in-save weights|commit the chief kills itself with SIGKILL inside epoch 1's backup, once
 (WORKDIR/killed): after the backup's weights file is written and before its epoch file is (`weights`), or
 once the backup is committed, before its files are moved into the backup folder (`commit`).
@@ -43,6 +45,8 @@ parser.add_argument("--await-notice-at-step", type=int, default=0)
 parser.add_argument("--notice-function-at-step", type=int, default=0)
 parser.add_argument("--kill-at-step", type=int, action="append", default=[])
 parser.add_argument("--save-freq", type=int, default=0)
+parser.add_argument("--backup-minutes", type=float)
+parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--kill-in-save", choices=["weights", "commit"])
 parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
@@ -84,7 +88,7 @@ def preempted() -> bool:
 
 if args.mode == "kscale":
     notice = {"preemption_notice": preempted} if args.notice_function_at_step else {}
-    model = kscale.distribute(model, print_plan=False, **notice)
+    model = kscale.distribute(model, print_plan=False, backup_minutes=args.backup_minutes, **notice)
 
 
 def applied_rate(model) -> float:
@@ -119,6 +123,8 @@ class Epochs(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         step, last = int(np.asarray(self.model.optimizer.iterations)), rank == kscale.size() - 1
+        if last and args.step_seconds:
+            time.sleep(args.step_seconds)
         noticed = os.path.join(args.workdir, f"noticed.{step}")
         if args.notice_at_step and step == args.notice_at_step and last and not os.path.exists(noticed):
             open(noticed, "w").close()  # once: a job resumed before this step trains it again
@@ -227,6 +233,7 @@ result = {
     "learning_rate": applied_rate(model),
     "written_rate": float(np.asarray(model.optimizer.learning_rate)),
     "restored": epochs.restored,
+    "save_freq": backup.save_freq,  # where it backs up every M minutes: the pace's, agreed
     "history": {"epoch": history.epoch, **history.history},
 }
 with open(os.path.join(args.workdir, f"result.{rank}.json"), "w") as f:

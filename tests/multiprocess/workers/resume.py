@@ -17,13 +17,16 @@ notice, after its step S (counted from 1 over all epochs); every rank writes wha
 epoch's end. With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq, counted
 over all epochs), not each epoch, and each rank writes what it backed up there. With --kill-at-step S the
 last rank kills itself with SIGKILL after its step S, once (WORKDIR/killed says it did): a loss without
-notice, which `kscale run --max-restarts` starts again with the same arguments.
+notice, which `kscale run --max-restarts` starts again with the same arguments. With --backup-minutes M the
+backup is written every M minutes (distribute's backup_minutes), and with --step-seconds T the last rank
+sleeps T seconds after each of its steps (the slowest sets the pace).
 """
 
 import argparse
 import json
 import os
 import signal
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("mode")
@@ -32,6 +35,8 @@ parser.add_argument("--crash-after-epochs", type=int, default=0)
 parser.add_argument("--notice-at-step", type=int, default=0)
 parser.add_argument("--notice-rank", type=int, default=1)
 parser.add_argument("--save-freq", type=int, default=0)
+parser.add_argument("--backup-minutes", type=float)
+parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--kill-at-step", type=int, default=0)
 parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
 args = parser.parse_args()
@@ -64,7 +69,7 @@ one_process = args.mode in ("reference", "single")
 model.compile(optimizer=tf.keras.optimizers.SGD(LR * (2 if one_process else 1), momentum=0.9), loss="mse")
 if args.mode not in ("reference", "continue"):
     options = {"backend": "mirrored", "devices": ["CPU:0", "CPU:1"]} if args.mode == "mirrored" else {}
-    model = kscale.distribute(model, print_plan=False, **options)
+    model = kscale.distribute(model, print_plan=False, backup_minutes=args.backup_minutes, **options)
 
 
 def state(model) -> dict:
@@ -92,6 +97,8 @@ class Epochs(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         notified = args.notice_rank if args.mode not in ("reference", "single", "mirrored") else 0
         step = int(self.model.optimizer.iterations.numpy())
+        if args.step_seconds and rank == world_size - 1:
+            time.sleep(args.step_seconds)
         if args.notice_at_step and step == args.notice_at_step and rank == notified:
             print(f"rank {rank}: preemption notice after step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -160,6 +167,7 @@ result = {
     "final": [w.tolist() for w in model.get_weights()],
     "iterations": int(model.optimizer.iterations.numpy()),
     "restored": epochs.restored,
+    "save_freq": backup.save_freq,  # where it backs up every M minutes: the pace's, agreed
     "history": {"epoch": history.epoch, **history.history},
 }
 with open(os.path.join(args.workdir, f"result.{rank}.json"), "w") as f:
