@@ -34,7 +34,7 @@ class BackupClock:
     def __init__(self, minutes: float, now: Callable[[], float] = time.monotonic) -> None:
         self.seconds = minutes * 60.0
         self._now = now
-        self._since: float | None = None
+        self._since = now()
 
     def start(self) -> None:
         """Training begins (or a backup was just written): count from here."""
@@ -43,8 +43,7 @@ class BackupClock:
     def batches_to_next_backup(self, batches: int, gather: Callable[[np.ndarray], np.ndarray]) -> int:
         """After a backup `batches` after the last one: how many batches the next one comes after, agreed by
         every process (`gather`: one row per process)."""
-        elapsed = self._now() - (self._since if self._since is not None else self._now())
-        pace = gather(np.asarray([elapsed / max(1, batches)], np.float64))
+        pace = gather(np.asarray([(self._now() - self._since) / max(1, batches)], np.float64))
         slowest = float(np.max(pace))
         return max(1, int(self.seconds // slowest)) if slowest > 0 else 1
 
@@ -60,9 +59,21 @@ def timed(backups: list, minutes: float | None) -> None:
         _clocks[backup] = BackupClock(minutes)
 
 
-def clock_of(backup: Any) -> BackupClock | None:
-    """The clock of a BackupAndRestore that backs up every M minutes, or None."""
-    return _clocks.get(backup)
+def start(backup: Any) -> None:
+    """Training begins: a backup every M minutes counts from here (nothing for the user's own save_freq)."""
+    if (clock := _clocks.get(backup)) is not None:
+        clock.start()
+
+
+def pace_next(backup: Any, batches: int, gather: Callable[[np.ndarray], np.ndarray]) -> int | None:
+    """Right after a backup `batches` after the last one: for a backup every M minutes, the batches to the
+    next one, agreed by every process, its clock counting from now; None for the user's own save_freq."""
+    clock = _clocks.get(backup)
+    if clock is None:
+        return None
+    batches = clock.batches_to_next_backup(batches, gather)
+    clock.start()
+    return batches
 
 
 def notes(minutes: float | None, backups: list) -> list[str]:

@@ -132,7 +132,7 @@ def _fit_in_this_world(
     a = dict(arguments)
     if initial_epoch is not None:
         a["initial_epoch"] = initial_epoch
-    _replan_world(self)
+    model_state.replan_world(self)
     x, y, sample_weight = a.get("x"), a.get("y"), a.get("sample_weight")
     backend.build_on_first_batch(self, x)
     epochs, user_steps = a.get("epochs", 1), a.get("steps_per_epoch")
@@ -163,7 +163,7 @@ def _fit_in_this_world(
     backups = [cb for cb in given if isinstance(cb, keras.callbacks.BackupAndRestore)]
     backup_clock.timed(backups, opts.backup_minutes)  # before the backup's companions copy its save_freq
     preemption_stop = preemption.stop_for(
-        given, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice
+        backups, keras.callbacks, backend.gather, backend.is_chief, opts.preemption_notice
     )
     metrics = metric_states.metric_objects(self, keras.metrics.Metric)
     step_weights.weigh_one_number_means(metrics, keras.metrics.Mean)
@@ -205,26 +205,6 @@ def _fit_in_this_world(
             if feed.after_error is not None:
                 feed.after_error()
             raise
-
-
-def _replan_world(model: Any) -> None:
-    """The world's size as it is now (elastic Horovod changes it), and the rate factor for it."""
-    state = model_state.state(model)
-    backend = state.backend
-    if (backend.num_workers, backend.num_replicas) == (state.plan.num_workers, state.plan.num_replicas):
-        return
-    state.rates.for_this_world(model)
-    after = state.rates.applied(state.rates.of(model.optimizer)) if state.scales_model_optimizer else None
-    model_state.set_plan(
-        model,
-        dataclasses.replace(
-            state.plan,
-            num_workers=backend.num_workers,
-            num_replicas=backend.num_replicas,
-            learning_rate_after=after,
-        ),
-    )
-    state.plan_printed = False  # a new world: say what it does
 
 
 def _evaluate(self, *args: Any, **kwargs: Any) -> Any:

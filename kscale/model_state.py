@@ -1,5 +1,6 @@
 """What kscale keeps on a distributed model: one attribute of the user's own model object, never tracked by
-Keras (set with object.__setattr__), read by every method distribute() binds and by the plan."""
+Keras (set with object.__setattr__), read by every method distribute() binds and by the plan, which is
+planned again here when the world's size changes (elastic Horovod)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,23 @@ def print_plan_once(model: Any) -> None:
 def attach(model: Any, kept: ModelState) -> None:
     """`kept` becomes the model's state (set past Keras' tracking of attributes)."""
     object.__setattr__(model, _STATE, kept)
+
+
+def replan_world(model: Any) -> None:
+    """The world's size as it is now (elastic Horovod changes it), and the rate factor for it."""
+    kept = state(model)
+    backend = kept.backend
+    if (backend.num_workers, backend.num_replicas) == (kept.plan.num_workers, kept.plan.num_replicas):
+        return
+    kept.rates.for_this_world(model)
+    after = kept.rates.applied(kept.rates.of(model.optimizer)) if kept.scales_model_optimizer else None
+    set_plan(
+        model,
+        dataclasses.replace(
+            kept.plan,
+            num_workers=backend.num_workers,
+            num_replicas=backend.num_replicas,
+            learning_rate_after=after,
+        ),
+    )
+    kept.plan_printed = False  # a new world: say what it does

@@ -81,18 +81,17 @@ class Notice:
 
 
 def stop_for(
-    callbacks: list,
+    backups: list,
     keras_callbacks: Any,
     gather: Callable[[np.ndarray], np.ndarray],
     is_chief: bool,
     asked: Callable[[], bool] | None = None,
 ) -> Any | None:
-    """The callback that stops fit for a notice where `callbacks` hold a BackupAndRestore of the family's
-    Keras (`keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice.
+    """The callback that stops fit for a notice where fit has `backups` (its BackupAndRestore callbacks; a
+    stop of the family's Keras, `keras_callbacks`: its callbacks module), else None. `asked`: distribute's preemption_notice.
     kscale resumes a backup written inside an epoch at the next batch where its folder is local or shared
     (not gs://: Keras 3's journal is local): the stop then also agrees at those batches (only then has it
     batch hooks: Keras runs them at every step)."""
-    backups = [cb for cb in callbacks if isinstance(cb, keras_callbacks.BackupAndRestore)]
     if not backups:
         if asked is not None:
             log.chief(

@@ -134,8 +134,7 @@ class SharedBackup(keras.callbacks.Callback):
         self._resume = self._resumed_inside_an_epoch(written)
         if written is not None:
             self._say_what_changed(written)
-        if (clock := backup_clock.clock_of(self.backup)) is not None:
-            clock.start()
+        backup_clock.start(self.backup)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         # A backup inside the first epoch after a restore names that epoch, not 0 (_keras_private).
@@ -169,15 +168,8 @@ class SharedBackup(keras.callbacks.Callback):
                     "metric_states": [np.asarray(state).tolist() for state in states],
                 }
             self._commit(inside)
-            self._pace_next_backup()
-
-    def _pace_next_backup(self) -> None:
-        """Where the backup is every M minutes (backup_clock): the batches to the next one, agreed."""
-        clock = backup_clock.clock_of(self.backup)
-        if clock is not None:
-            batches = clock.batches_to_next_backup(self._writer.save_freq, self.backend.gather)
-            self.backup.save_freq = self._writer.save_freq = batches
-            clock.start()
+            if paced := backup_clock.pace_next(self.backup, self._writer.save_freq, self.backend.gather):
+                self.backup.save_freq = self._writer.save_freq = paced
 
     def resumes_after(self, batch: int) -> bool:
         """Whether a backup written after `batch` of the epoch under way resumes at the next batch, as if

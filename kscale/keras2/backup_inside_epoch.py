@@ -73,8 +73,7 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
         self._goes_on = self._goes_on_after()
         if self._goes_on is not None and self._goes_on != self._record["batch"]:  # its samples end elsewhere
             _keras_private.resume_after_batch(self.model, self._goes_on)
-        if (clock := backup_clock.clock_of(self.backup)) is not None:
-            clock.start()
+        backup_clock.start(self.backup)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch, self._epoch_begins, self._backed_up_after = epoch, True, None
@@ -100,9 +99,8 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
                 "metric_states": [np.asarray(state).tolist() for state in states],
             }
             checkpoint_io.atomic_save(self._path, lambda path: _write(path, record), may_be_folder=False)
-        if (clock := backup_clock.clock_of(self.backup)) is not None:  # every M minutes: the next, agreed
-            self.backup.save_freq = clock.batches_to_next_backup(self.backup.save_freq, self.backend.gather)
-            clock.start()
+        if paced := backup_clock.pace_next(self.backup, self.backup.save_freq, self.backend.gather):
+            self.backup.save_freq = paced
 
     def resumes_after(self, batch: int) -> bool:
         """Whether a backup was written after `batch` of the epoch under way (it resumes at the next batch:

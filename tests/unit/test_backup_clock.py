@@ -47,7 +47,7 @@ def test_steps_longer_than_m_minutes_back_up_after_every_batch():
     assert clock.batches_to_next_backup(2, gather_with()) == 1
 
 
-def test_a_clock_never_started_counts_no_time_and_backs_up_at_the_next_batch():
+def test_a_clock_counts_from_its_making_so_no_time_yet_backs_up_at_the_next_batch():
     clock = backup_clock.BackupClock(1.0, FakeClock())
     assert clock.batches_to_next_backup(2, gather_with()) == 1
 
@@ -61,14 +61,15 @@ def test_timed_backups_start_after_the_users_save_freq_or_two_batches():
     epoch, every_five = Backup("epoch"), Backup(5)
     backup_clock.timed([epoch, every_five], 10)
     assert (epoch.save_freq, every_five.save_freq) == (backup_clock.FIRST_BACKUP_BATCHES, 5)
-    assert backup_clock.clock_of(epoch).seconds == 600.0
+    # Its clock: 600 s at the other process' 0.5 s a batch (this one's pace since the start is nearly 0).
+    assert backup_clock.pace_next(epoch, 2, gather_with(0.5)) == 1200
     assert "every 10 minutes" in backup_clock.notes(10, [epoch])[0]
 
 
 def test_without_backup_minutes_the_users_backup_is_unchanged():
     backup = Backup("epoch")
     backup_clock.timed([backup], None)
-    assert backup.save_freq == "epoch" and backup_clock.clock_of(backup) is None
+    assert backup.save_freq == "epoch" and backup_clock.pace_next(backup, 2, gather_with(0.5)) is None
     assert backup_clock.notes(None, [backup]) == []
 
 
