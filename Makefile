@@ -256,6 +256,11 @@ BACKUP_CHIEF_ONLY_ON_TF_ONLY := \
   --deselect tests/keras3/test_backup_keras3.py::test_a_backup_only_the_chief_sees_stops_every_process
 BACKUP_SIGTERM_NOT_ON_JAX := \
   --deselect tests/keras3/test_backup_keras3.py::test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly
+# A PyDataset's backup inside an epoch resumed on another number of processes: the same kscale code
+# (keras3/data.py's cut by batch, epoch_position's mapping) on JAX and torch; the JAX lane's (torch: its
+# arrays case, whose resume runs the same SharedBackup).
+PYDATASET_RESUMED_ON_JAX_ONLY := --deselect \
+  "tests/keras3/test_backup_keras3.py::test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples[pydataset]"
 
 # tests/recipes: the cluster recipes of examples/kubernetes and examples/slurm, each started with its
 # engine's variables, each in the lane of its stack (JAX: Kubeflow's JAX runtime and SLURM's jax engine).
@@ -311,7 +316,7 @@ test-torch: $(LANE_TORCH)/.ready
 	KERAS_BACKEND=torch $(LANE_TORCH)/bin/python $(PYTEST) tests/keras3 tests/stack tests/conformance \
 	  tests/torch_lane tests/ray_train tests/multihost/test_multihost.py tests/recipes/test_kubeflow_torch.py \
 	  tests/recipes/test_slurm.py --deselect tests/stack/test_stack_bench.py $(NOT_ON_TORCH) $(BACKUP_RESIZED_ON_JAX_ONLY) \
-	  $(LOOPBACK_IN_LANE_A_ONLY) $(BACKUP_CHIEF_ONLY_ON_TF_ONLY)
+	  $(LOOPBACK_IN_LANE_A_ONLY) $(BACKUP_CHIEF_ONLY_ON_TF_ONLY) $(PYDATASET_RESUMED_ON_JAX_ONLY)
 
 test-fast: venv
 	$(PY) $(PYTEST) -m "not multiprocess" $(KERAS3_ONLY)

@@ -317,7 +317,9 @@ def batches_part(
     no_separate_targets(y, sample_weight, shard_class.type_name)
     parts = shard.count * items_per_worker
     if parts == 1:
-        return WorkerPart(Kind.SEQUENCE, x, length=len(x), longest=len(x), shortest=len(x))
+        return WorkerPart(
+            Kind.SEQUENCE, x, length=len(x), longest=len(x), shortest=len(x), batches_per_step=1
+        )
     shuffle = bool(request.shuffle) and not request.evaluation
     batches = shard_class(x, shard, items_per_worker, shuffle, None if request.evaluation else request.orders)
     notes = []
@@ -327,5 +329,11 @@ def batches_part(
         notes.append(f"{len(x) % shard.count} trailing batch(es) of {len(x)} unused so workers stay even")
     longest, shortest = longest_and_shortest(len(x), shard)
     return WorkerPart(
-        Kind.SEQUENCE, batches, length=len(batches), notes=notes, longest=longest, shortest=shortest
+        Kind.SEQUENCE,
+        batches,
+        length=len(batches),
+        notes=notes,
+        longest=longest,
+        shortest=shortest,
+        batches_per_step=parts,
     )

@@ -183,6 +183,7 @@ def _fit_in_this_world(
             epochs_after=a.get("epochs", 1),
             steps_per_epoch_before=user_steps,
             steps_per_epoch_after=feed.epoch_steps,
+            batches_per_step=feed.batches_per_step,
             notes=notes,
         ),
     )

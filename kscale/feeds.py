@@ -82,6 +82,9 @@ class WorkerPart:
     #: arrays whose last step every process takes whole (equal_batches: Keras 3 on JAX): row e holds the
     #: positions of the last step's samples in epoch e, the same on every worker; None: no such step
     last_positions: Any = None
+    #: a dataset of batches cut by batch (batch_shards.batches_part): the user's batches one step of the
+    #: whole job takes; None for other data
+    batches_per_step: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +119,9 @@ class Feed:
     after_error: Callable[[], None] | None = None
     #: arrays every worker must have read alike (WorkerPart.fingerprint), compared before training
     fingerprint: list | None = None
+    #: the user's batches one step takes, where its data holds them and each worker feeds them as cut
+    #: (WorkerPart.batches_per_step); None otherwise
+    batches_per_step: int | None = None
 
 
 def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
@@ -150,6 +156,7 @@ def one_process_feed(part: WorkerPart, request: FeedRequest) -> Feed:
             epoch_steps=steps or known,
             shuffle=shuffle,
             fingerprint=part.fingerprint,
+            batches_per_step=part.batches_per_step,
         )
     return Feed(part.x, part.y, part.sample_weight, steps=steps, notes=part.notes)
 

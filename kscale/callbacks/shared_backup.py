@@ -121,13 +121,11 @@ class SharedBackup(keras.callbacks.Callback):
         if self._journaled:
             backup_journal.recover(self.backup.backup_dir)
         self.backend.barrier()  # the chief's recovery done before any process looks
+        processes = self._check_every_process_sees_the_backup()
         plan = getattr(self.model, "kscale_plan", None)
         self._job = {
-            "processes": self._check_every_process_sees_the_backup(),
-            "steps_per_epoch": self.params.get("steps"),
+            **epoch_position.job_record(processes, self.params.get("steps"), plan),
             "save_freq": self.backup.save_freq,
-            # The samples of one step (array data; None where the data holds the batch).
-            "global_batch": None if plan is None else plan.global_batch,
         }
         written = self._written_record()  # before the restore: Keras' own may delete nothing, but reads
         self.backup.on_train_begin(logs)  # Keras' own restore, on every process, from the same files
@@ -260,8 +258,8 @@ class SharedBackup(keras.callbacks.Callback):
                     ", as one process at this job's global batch would",
                 )
                 where += (
-                    f" by {wrote['processes']} process(es) at global batch {wrote['global_batch']}, on "
-                    f"{self._job['processes']} at global batch {self._job['global_batch']}"
+                    f" by {wrote['processes']} process(es) at {epoch_position.step_size(wrote)}, on "
+                    f"{self._job['processes']} at {epoch_position.step_size(self._job)}"
                 )
             unlike = plan_notes.resumed_inside_an_epoch(self.model, "Keras' backup", otherwise)
             log.chief(

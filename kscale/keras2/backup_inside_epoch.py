@@ -112,14 +112,8 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
             tf.io.gfile.remove(self._path)
 
     def _job(self) -> dict:
-        steps = self.params.get("steps")
         plan = getattr(self.model, "kscale_plan", None)
-        return {
-            "processes": self.backend.num_workers,
-            "steps_per_epoch": None if steps is None else int(steps),
-            # The samples of one step (array data; None where the data holds the batch).
-            "global_batch": None if plan is None else plan.global_batch,
-        }
+        return epoch_position.job_record(self.backend.num_workers, self.params.get("steps"), plan)
 
     def _same_job(self, record: dict) -> bool:
         job = self._job()
@@ -162,8 +156,8 @@ class ResumeInsideEpoch(tf.keras.callbacks.Callback):
             if not same_job:
                 job = self._job()
                 by = (
-                    f" by {record['processes']} process(es) at global batch {record.get('global_batch')}, on "
-                    f"{job['processes']} at global batch {job['global_batch']}, after the same samples"
+                    f" by {record['processes']} process(es) at {epoch_position.step_size(record)}, on "
+                    f"{job['processes']} at {epoch_position.step_size(job)}, after the same samples"
                 )
                 otherwise = ", as one process at this job's global batch would"
             resumed = plan_notes.resumed_inside_an_epoch(self.model, "tf.keras' backup", otherwise)

@@ -365,13 +365,18 @@ def test_a_backup_of_two_processes_resumed_on_one_continues_as_one_process_would
     "process, whose data path JAX's lane and torch's (its own, keras3/torch_data) test: two lanes are enough",
 )
 @pytest.mark.timeout(_starts_limit(2))
-def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples(tmp_path):
+@pytest.mark.parametrize("data", ["arrays", "pydataset"])
+def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples(
+    tmp_path, data
+):
     """Issue 43, item 4: BackupAndRestore(save_freq=3) in 2 processes at global batch 8 (8 steps an epoch);
     a notice at a random step stops both after the next backup, written inside epoch 1, 2 or 3. One process
     (global batch 4, 16 steps an epoch) resumes it after the same samples, at batch 2(b + 1) + 1 where the
     backup was written after batch b + 1, and ends as plain Keras in one process going on from those
     samples: the same steps, weights and History of the epochs after; the chief says what changed. Keras
-    alone would start the epoch again from its first batch."""
+    alone would start the epoch again from its first batch. The same where the data is a PyDataset of
+    batches of 4 (data that holds its batch, cut by batch: two of them a step, then one)."""
+    given = ["--pydataset"] if data == "pydataset" else []
     rng = random.Random()
     stop = rng.choice([9, 12, 15, 18, 21, 27, 30])  # a backup's step inside an epoch, not at its end
 
@@ -380,7 +385,7 @@ def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_
 
     notice = rng.choice([n for n in range(stop - 2, stop + 1) if stops_at(n) == stop])
     epoch, batch = (stop - 1) // 8, (stop - 1) % 8  # from 0: the backup was written after that batch
-    done = _launch(2, "kscale", str(tmp_path), "--save-freq", "3", "--notice-at-step", str(notice))
+    done = _launch(2, "kscale", str(tmp_path), "--save-freq", "3", "--notice-at-step", str(notice), *given)
     output = done.stdout + done.stderr
     assert done.returncode != 0, (notice, output[-3000:])
     assert f"every worker stopped after batch {batch + 1} of epoch {epoch + 1}" in output, (
@@ -389,13 +394,18 @@ def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_
     )
     plain = tmp_path / "plain"
     shutil.copytree(tmp_path / "backup", plain / "backup")
-    done = _launch(1, "kscale", str(tmp_path), "--save-freq", "3")
+    done = _launch(1, "kscale", str(tmp_path), "--save-freq", "3", *given)
     output = done.stdout + done.stderr
     assert done.returncode == 0, (notice, output[-3000:])
     goes_on = 2 * (batch + 1)  # this job's batches the backup's samples fill
+    steps_were, steps_are = (
+        ("2 of the data's batches a step", "1 of the data's batches a step")
+        if given
+        else ("global batch 8", "global batch 4")
+    )
     said = (
         f"resuming a backup written after batch {batch + 1} of epoch {epoch + 1} (save_freq=3) by 2 process(es) "
-        f"at global batch 8, on 1 at global batch 4: epoch {epoch + 1} goes on at batch {goes_on + 1} after "
+        f"at {steps_were}, on 1 at {steps_are}: epoch {epoch + 1} goes on at batch {goes_on + 1} after "
         f"the same samples (its first {goes_on} batches are read again, not trained"
     )
     assert said in output, (notice, output[-3000:])

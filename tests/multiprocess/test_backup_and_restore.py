@@ -209,9 +209,12 @@ def test_two_workers_killed_inside_an_epoch_restarted_by_kscale_run(
 # on from those samples. (One launcher is enough: how the backup was written is each launcher's
 # notice test above; the job that resumes is one process.)
 @pytest.mark.timeout(420)
+@pytest.mark.parametrize("data", ["arrays", "sequence"])
 def test_a_backup_inside_an_epoch_of_two_workers_resumed_on_one_goes_on_after_the_same_samples(
-    horovodrun, run_python, tmp_path
+    horovodrun, run_python, tmp_path, data
 ):
+    """Also where the data is a keras.utils.Sequence of batches of 4 (data that holds its batch, cut by
+    batch: two of them a step, then one)."""
     rng = random.Random()
     stop = rng.choice([9, 12, 15, 18, 21, 27, 30])  # a backup's step inside an epoch, not at its end
 
@@ -220,7 +223,7 @@ def test_a_backup_inside_an_epoch_of_two_workers_resumed_on_one_goes_on_after_th
 
     notice = rng.choice([n for n in range(stop - 2, stop + 1) if stops_at(n) == stop])
     epoch, batch = (stop - 1) // STEPS_PER_EPOCH, (stop - 1) % STEPS_PER_EPOCH  # from 0
-    every = ["--save-freq", str(SAVE_FREQ)]
+    every = ["--save-freq", str(SAVE_FREQ), *(["--sequence"] if data == "sequence" else [])]
     stopped = horovodrun(
         2, [WORKER, "horovod", str(tmp_path), *every, "--notice-at-step", str(notice)], check=False
     )
@@ -230,9 +233,14 @@ def test_a_backup_inside_an_epoch_of_two_workers_resumed_on_one_goes_on_after_th
     shutil.copytree(tmp_path / "backup", plain / "backup")
     resumed_run = run_python([WORKER, "one", str(tmp_path), *every])
     goes_on = 2 * (batch + 1)  # this job's batches the backup's samples fill
+    steps_were, steps_are = (
+        ("2 of the data's batches a step", "1 of the data's batches a step")
+        if data == "sequence"
+        else ("global batch 8", "global batch 4")
+    )
     said = (
         f"epoch {epoch + 1} resumed at batch {goes_on + 1}, after the backup written after batch {batch + 1} "
-        "by 2 process(es) at global batch 8, on 1 at global batch 4, after the same samples (its first "
+        f"by 2 process(es) at {steps_were}, on 1 at {steps_are}, after the same samples (its first "
         f"{goes_on} batches are read again, not trained"
     )
     assert said in _output(resumed_run), (notice, _output(resumed_run)[-3000:])

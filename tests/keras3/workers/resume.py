@@ -24,6 +24,7 @@ each S (WORKDIR/killed.S says it did): a loss without notice.
 With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq), not each epoch.
 With --backup-minutes M it is written every M minutes (distribute's backup_minutes), and with
 --step-seconds T the last process sleeps T seconds after each of its steps (the slowest sets the pace).
+With --pydataset fit's data is a keras.utils.PyDataset of the batches (in order), not arrays and a batch_size.
 With --kill-in-save weights|commit the chief kills itself with SIGKILL inside epoch 1's backup, once
 (WORKDIR/killed): after the backup's weights file is written and before its epoch file is (`weights`), or
 once the backup is committed, before its files are moved into the backup folder (`commit`).
@@ -50,6 +51,7 @@ parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--kill-in-save", choices=["weights", "commit"])
 parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
+parser.add_argument("--pydataset", action="store_true", help="the data as a PyDataset of batches")
 args = parser.parse_args()
 
 import keras  # noqa: E402  (after kscale: it joins the job before the framework starts)
@@ -217,10 +219,27 @@ if args.kill_in_save and rank == 0:
 backup = keras.callbacks.BackupAndRestore(
     args.backup_dir or os.path.join(args.workdir, "backup"), save_freq=args.save_freq or "epoch"
 )
+
+
+class Batches(keras.utils.PyDataset):
+    """x and y in batches of `size` rows, in order (--pydataset): data that holds its batch."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size = size
+
+    def __len__(self):
+        return SAMPLES // self.size
+
+    def __getitem__(self, index):
+        rows = slice(index * self.size, (index + 1) * self.size)
+        return x[rows], y[rows]
+
+
+size = BATCH * (2 if reference else 1)
+data = {"x": Batches(size)} if args.pydataset else {"x": x, "y": y, "batch_size": size}
 history = model.fit(
-    x,
-    y,
-    batch_size=BATCH * (2 if reference else 1),
+    **data,
     epochs=EPOCHS,
     shuffle=args.shuffle,
     verbose=0,

@@ -19,7 +19,8 @@ over all epochs), not each epoch, and each rank writes what it backed up there. 
 last rank kills itself with SIGKILL after its step S, once (WORKDIR/killed says it did): a loss without
 notice, which `kscale run --max-restarts` starts again with the same arguments. With --backup-minutes M the
 backup is written every M minutes (distribute's backup_minutes), and with --step-seconds T the last rank
-sleeps T seconds after each of its steps (the slowest sets the pace).
+sleeps T seconds after each of its steps (the slowest sets the pace). With --sequence fit's data is a
+keras.utils.Sequence of the batches (in order), not arrays and a batch_size.
 """
 
 import argparse
@@ -39,6 +40,7 @@ parser.add_argument("--backup-minutes", type=float)
 parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--kill-at-step", type=int, default=0)
 parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
+parser.add_argument("--sequence", action="store_true", help="the data as a keras.utils.Sequence of batches")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -153,10 +155,27 @@ epochs = Epochs()
 backup = tf.keras.callbacks.BackupAndRestore(
     os.path.join(args.workdir, "backup"), save_freq=args.save_freq or "epoch"
 )
+
+
+class Batches(tf.keras.utils.Sequence):
+    """x and y in batches of `size` rows, in order (--sequence): data that holds its batch."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size = size
+
+    def __len__(self):
+        return SAMPLES // self.size
+
+    def __getitem__(self, index):
+        rows = slice(index * self.size, (index + 1) * self.size)
+        return x[rows], y[rows]
+
+
+size = BATCH * (2 if one_process else 1)
+data = {"x": Batches(size)} if args.sequence else {"x": x, "y": y, "batch_size": size}
 history = model.fit(
-    x,
-    y,
-    batch_size=BATCH * (2 if one_process else 1),
+    **data,
     epochs=EPOCHS,
     shuffle=False,
     verbose=0,
