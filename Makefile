@@ -256,11 +256,11 @@ BACKUP_CHIEF_ONLY_ON_TF_ONLY := \
   --deselect tests/keras3/test_backup_keras3.py::test_a_backup_only_the_chief_sees_stops_every_process
 BACKUP_SIGTERM_NOT_ON_JAX := \
   --deselect tests/keras3/test_backup_keras3.py::test_sigterm_to_kscale_run_reaches_every_worker_and_the_job_resumes_exactly
-# A PyDataset's backup inside an epoch resumed on another number of processes: the same kscale code
-# (keras3/data.py's cut by batch, epoch_position's mapping) on JAX and torch; the JAX lane's (torch: its
-# arrays case, whose resume runs the same SharedBackup).
-PYDATASET_RESUMED_ON_JAX_ONLY := --deselect \
-  "tests/keras3/test_backup_keras3.py::test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples[pydataset]"
+# A PyDataset's and a tf.data dataset's backup inside an epoch resumed on another number of processes: the
+# same kscale code (their cut by batch, epoch_position's mapping) on JAX and torch; the JAX lane's (torch:
+# its arrays case, whose resume runs the same SharedBackup).
+RESUMED_ON_ONE := tests/keras3/test_backup_keras3.py::test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples
+PYDATASET_RESUMED_ON_JAX_ONLY := --deselect "$(RESUMED_ON_ONE)[pydataset]" --deselect "$(RESUMED_ON_ONE)[dataset]"
 
 # tests/recipes: the cluster recipes of examples/kubernetes and examples/slurm, each started with its
 # engine's variables, each in the lane of its stack (JAX: Kubeflow's JAX runtime and SLURM's jax engine).

@@ -82,8 +82,8 @@ class WorkerPart:
     #: arrays whose last step every process takes whole (equal_batches: Keras 3 on JAX): row e holds the
     #: positions of the last step's samples in epoch e, the same on every worker; None: no such step
     last_positions: Any = None
-    #: a dataset of batches cut by batch (batch_shards.batches_part): the user's batches one step of the
-    #: whole job takes; None for other data
+    #: a dataset of batches cut by batch (a Sequence / PyDataset: batch_shards.batches_part; a tf.data
+    #: dataset: tf_data.worker_part): the user's batches one step of the whole job takes; None otherwise
     batches_per_step: int | None = None
 
 

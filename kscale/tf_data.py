@@ -334,6 +334,7 @@ def worker_part(
             longest=longest,
             shortest=shortest,
             fingerprint=_order_fingerprint(x, what) if shard.count > 1 else None,
+            batches_per_step=shard.count * request.replicas_per_worker,
         )
     if isinstance(x, tf.keras.utils.Sequence):
         return batches_part(x, y, sample_weight, request, ShardedSequence, items)

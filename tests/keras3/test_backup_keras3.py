@@ -365,7 +365,7 @@ def test_a_backup_of_two_processes_resumed_on_one_continues_as_one_process_would
     "process, whose data path JAX's lane and torch's (its own, keras3/torch_data) test: two lanes are enough",
 )
 @pytest.mark.timeout(_starts_limit(2))
-@pytest.mark.parametrize("data", ["arrays", "pydataset"])
+@pytest.mark.parametrize("data", ["arrays", "pydataset", "dataset"])
 def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_the_same_samples(
     tmp_path, data
 ):
@@ -374,9 +374,9 @@ def test_a_backup_inside_an_epoch_of_two_processes_resumed_on_one_goes_on_after_
     (global batch 4, 16 steps an epoch) resumes it after the same samples, at batch 2(b + 1) + 1 where the
     backup was written after batch b + 1, and ends as plain Keras in one process going on from those
     samples: the same steps, weights and History of the epochs after; the chief says what changed. Keras
-    alone would start the epoch again from its first batch. The same where the data is a PyDataset of
-    batches of 4 (data that holds its batch, cut by batch: two of them a step, then one)."""
-    given = ["--pydataset"] if data == "pydataset" else []
+    alone would start the epoch again from its first batch. The same where the data is a PyDataset or a
+    tf.data dataset of batches of 4 (data that holds its batch, cut by batch: two of them a step, then one)."""
+    given = [] if data == "arrays" else [f"--{data}"]
     rng = random.Random()
     stop = rng.choice([9, 12, 15, 18, 21, 27, 30])  # a backup's step inside an epoch, not at its end
 

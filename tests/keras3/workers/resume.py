@@ -24,7 +24,8 @@ each S (WORKDIR/killed.S says it did): a loss without notice.
 With --save-freq N the backup is written every N batches (BackupAndRestore's save_freq), not each epoch.
 With --backup-minutes M it is written every M minutes (distribute's backup_minutes), and with
 --step-seconds T the last process sleeps T seconds after each of its steps (the slowest sets the pace).
-With --pydataset fit's data is a keras.utils.PyDataset of the batches (in order), not arrays and a batch_size.
+With --pydataset fit's data is a keras.utils.PyDataset of the batches (in order), not arrays and a batch_size;
+with --dataset a tf.data.Dataset of them.
 With --kill-in-save weights|commit the chief kills itself with SIGKILL inside epoch 1's backup, once
 (WORKDIR/killed): after the backup's weights file is written and before its epoch file is (`weights`), or
 once the backup is committed, before its files are moved into the backup folder (`commit`).
@@ -52,6 +53,7 @@ parser.add_argument("--kill-in-save", choices=["weights", "commit"])
 parser.add_argument("--shuffle", action="store_true", help="fit's shuffle (default False)")
 parser.add_argument("--backup-processes", type=int, default=0, help="MODE continue: the backup's job")
 parser.add_argument("--pydataset", action="store_true", help="the data as a PyDataset of batches")
+parser.add_argument("--dataset", action="store_true", help="the data as a tf.data.Dataset of batches")
 args = parser.parse_args()
 
 import keras  # noqa: E402  (after kscale: it joins the job before the framework starts)
@@ -238,6 +240,10 @@ class Batches(keras.utils.PyDataset):
 
 size = BATCH * (2 if reference else 1)
 data = {"x": Batches(size)} if args.pydataset else {"x": x, "y": y, "batch_size": size}
+if args.dataset:
+    import tensorflow as tf
+
+    data = {"x": tf.data.Dataset.from_tensor_slices((x, y)).batch(size)}
 history = model.fit(
     **data,
     epochs=EPOCHS,
