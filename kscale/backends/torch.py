@@ -35,6 +35,7 @@ from kscale.backends.base import Backend
 from kscale.callbacks.average_metrics import averaging_class
 from kscale.environment import Environment, Launcher
 from kscale.errors import BackendError
+from kscale.keras3 import loss_scaling
 from kscale.keras3.family import Keras3Family, Keras3Options
 from kscale.metric_states import assign_shares, reduce_by_aggregation, results_from_states
 from kscale.subclassing import same_named_subclass
@@ -127,6 +128,9 @@ class TorchBackend(Backend):
     def optimizer_for(self, optimizer: Any, options: Any) -> Any:
         prepared = super().optimizer_for(optimizer, options)
         if self.num_workers > 1:
+            # mixed_float16: each process's float16 backward pass carries one process's numbers, also on
+            # a last step shared unevenly (a process of fewer samples would overflow where one does not)
+            loss_scaling.as_one_process(prepared)
             prepared.__class__ = _averaging_class(type(prepared), self._mean_of_gradients)
         return prepared
 
