@@ -3,8 +3,9 @@ the samples the backup's batches held (issue 43, item 4), in both families (Kera
 kscale/callbacks/shared_backup.py; tf.keras: kscale/keras2/backup_inside_epoch.py). The order of the samples
 is one process's at any number of processes (array data), so a job of another number of processes or
 another global batch goes on from the same sample where one of its batches ends there. Data that holds
-its batch (a Keras Sequence / PyDataset) is cut by batch, replica r taking batches r, r + R, ... of each
-step's R in one process's order (kscale/batch_shards.py), so there the same holds counted in its batches.
+its batch (a Keras Sequence / PyDataset, a batched tf.data dataset) is cut by batch, a step of R replicas
+taking R of its batches (kscale/batch_shards.py, kscale/tf_data.py), so there the same holds counted in its
+batches.
 
 The record beside a backup says what a job's step is: its "processes", "steps_per_epoch" (None: unknown),
 "global_batch" (samples a step, array data; None where the data holds the batch) and "batches_per_step"
