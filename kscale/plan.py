@@ -96,8 +96,8 @@ class Plan:
     notes: tuple[str, ...] = ()
     #: optimizers the model holds besides model.optimizer (a GAN's): (attribute, rate before, rate after)
     own_optimizers: tuple[tuple[str, float | str, float | str], ...] = ()
-    #: where fit's data holds its batch and kscale cut it by batch (a Sequence / PyDataset): its batches a
-    #: step of the whole job (None otherwise)
+    #: where fit's data holds its batch and kscale cut it by batch (a Sequence / PyDataset, a batched
+    #: tf.data dataset): its batches a step of the whole job (None otherwise)
     batches_per_step: int | None = None
 
     @property
