@@ -1,10 +1,10 @@
 """The self-test each rank runs: allreduce, broadcast, then a few training steps that must agree.
 
-It runs under every engine `kscale run` launches: Horovod (its collectives, checked directly, so a
-broken Horovod install shows as such), TensorFlow's MultiWorkerMirroredStrategy and Keras 3 on JAX (the
-strategy's or jax.distributed's collectives) and Keras 3 on torch under torchrun (torch.distributed's). Every check prints one line; the last line is
-`kscale selftest PASS ...` or `kscale selftest FAIL ...: reason`, and the exit status follows, so
-`kscale test` (and a test suite) can read the verdict from any rank.
+It runs under every engine `kscale run` launches, through the collectives of kscale's backend for it:
+Horovod's (whose broadcast it also checks directly, so a broken Horovod install shows as such),
+TensorFlow's MultiWorkerMirroredStrategy's, jax.distributed's and torch.distributed's (torchrun). Every
+check prints one line; the last line is `kscale selftest PASS ...` or `kscale selftest FAIL ...: reason`,
+and the exit status follows, so `kscale test` (and a test suite) can read the verdict from any rank.
 """
 
 from __future__ import annotations
@@ -38,89 +38,29 @@ def _digest(flat: Any) -> str:
 
 
 class Collectives:
-    """What the self-test needs from an engine: who I am, a sum over ranks, every rank's copy of an array."""
-
-    rank: int
-    size: int
-    #: Whether ranks may start from different weights (JAX checks that new variables are equal everywhere).
-    ranks_may_differ = True
-
-    def allreduce_sum(self, value: float) -> float:
-        raise NotImplementedError
-
-    def gather(self, flat: Any) -> Any:
-        """One row per rank."""
-        raise NotImplementedError
-
-    def broadcast(self, model: Any) -> bool:
-        """Give every rank rank 0's weights with the engine's own broadcast; False where kscale.distribute()
-        is the broadcast (checked with training)."""
-        return False
-
-
-class HorovodCollectives(Collectives):
-    def __init__(self) -> None:
-        import horovod.tensorflow as hvd
-
-        hvd.init()
-        self.hvd = hvd
-        self.rank, self.size = hvd.rank(), hvd.size()
-
-    def allreduce_sum(self, value: float) -> float:
-        import tensorflow as tf
-
-        return float(
-            self.hvd.allreduce(tf.constant(value), op=self.hvd.Sum, name="kscale_selftest_sum").numpy()
-        )
-
-    def gather(self, flat: Any) -> Any:
-        import tensorflow as tf
-
-        return self.hvd.allgather(tf.constant(flat[None, :], dtype=tf.float32)).numpy()
-
-    def broadcast(self, model: Any) -> bool:
-        self.hvd.broadcast_variables(model.variables, root_rank=0)
-        return True
-
-
-class StrategyCollectives(Collectives):
-    """MultiWorkerMirroredStrategy's collectives (the strategy kscale created at import)."""
-
-    # The strategy is the process's own from `import kscale`: a model built after it starts with the first
-    # worker's initial values on every worker (MultiWorkerMirroredStrategy broadcasts them at creation).
-    ranks_may_differ = False
+    """What the self-test needs from an engine: who I am and every rank's copy of an array, through the
+    collectives of kscale's backend for this launch (which joined the job at `import kscale`)."""
 
     def __init__(self) -> None:
-        import tensorflow as tf
+        from kscale import backends, environment
+        from kscale.errors import KScaleError
 
-        from kscale import backends
-
-        self.tf = tf
-        self.backend = backends.current()
-        self.strategy = self.backend.strategy
+        launcher = environment.current().launcher
+        try:
+            self.backend = backends.current()
+        except KScaleError as err:
+            raise SystemExit(f"{FAIL}: {err}") from None
         self.rank, self.size = self.backend.worker_index, self.backend.num_workers
-
-    def allreduce_sum(self, value: float) -> float:
-        tf = self.tf
-        per_replica = self.strategy.run(lambda: tf.constant(value, tf.float32))
-        return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy())
-
-    def gather(self, flat: Any) -> Any:
-        tf = self.tf
-        per_replica = self.strategy.run(lambda: tf.constant(flat[None, :], tf.float32))
-        return self.strategy.gather(per_replica, axis=0).numpy()
-
-
-class JaxCollectives(Collectives):
-    ranks_may_differ = False
-
-    def __init__(self) -> None:
-        import jax
-
-        from kscale import backends
-
-        backends.current()  # kscale joined the job at import
-        self.rank, self.size = jax.process_index(), jax.process_count()
+        #: Horovod's own broadcast, checked directly, so a broken Horovod install shows as such; the other
+        #: engines' broadcast is what kscale.distribute() does (checked with training).
+        self.horovod = launcher in (environment.Launcher.HOROVOD, environment.Launcher.MPI)
+        #: Whether ranks may start from different weights: a strategy (TF_CONFIG) and JAX make every new
+        #: variable equal everywhere (the first worker's initial values; JAX checks it).
+        self.ranks_may_differ = launcher not in (
+            environment.Launcher.TF_CONFIG,
+            environment.Launcher.KERAS_DISTRIBUTION,
+            environment.Launcher.JAX_DISTRIBUTED,
+        )
 
     def allreduce_sum(self, value: float) -> float:
         import numpy as np
@@ -128,78 +68,17 @@ class JaxCollectives(Collectives):
         return float(self.gather(np.array([value], "float32")).sum())
 
     def gather(self, flat: Any) -> Any:
-        import numpy as np
-        from jax.experimental import multihost_utils
+        """One row per rank."""
+        return self.backend.gather(flat)
 
-        return np.asarray(multihost_utils.process_allgather(np.asarray(flat, "float32")))
+    def broadcast(self, model: Any) -> bool:
+        """Give every rank rank 0's weights with Horovod's own broadcast; False elsewhere."""
+        if not self.horovod:
+            return False
+        import horovod.tensorflow as hvd
 
-
-class TorchCollectives(Collectives):
-    """torch.distributed's collectives (the process group kscale joined at import). NCCL moves CUDA tensors
-    only, on this process's GPU; Gloo takes CPU ones. One process (torchrun -np 1 on a one-GPU host) has
-    no group: its collectives are its own values."""
-
-    def __init__(self) -> None:
-        import torch
-        import torch.distributed as dist
-
-        from kscale import backends
-
-        backend = backends.current()  # joins the group torchrun's variables describe
-        self.dist = dist
-        self.rank, self.size = backend.worker_index, backend.num_workers
-        grouped = dist.is_available() and dist.is_initialized()
-        on_gpu = grouped and dist.get_backend() == "nccl"
-        self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-        self.grouped = grouped
-
-    def allreduce_sum(self, value: float) -> float:
-        import torch
-
-        total = torch.tensor([value], dtype=torch.float64, device=self.device)
-        if self.grouped:
-            self.dist.all_reduce(total)
-        return float(total[0])
-
-    def gather(self, flat: Any) -> Any:
-        import numpy as np
-        import torch
-
-        local = torch.as_tensor(np.asarray(flat, "float32"), device=self.device)
-        if not self.grouped:
-            return local.cpu().numpy()[None, :]
-        rows = [torch.empty_like(local) for _ in range(self.size)]
-        self.dist.all_gather(rows, local)
-        return np.stack([row.cpu().numpy() for row in rows])
-
-
-class OneProcess(Collectives):
-    """No launcher: one process (Keras 3 on TensorFlow trains in one process, on all its devices)."""
-
-    rank, size = 0, 1
-
-    def allreduce_sum(self, value: float) -> float:
-        return value
-
-    def gather(self, flat: Any) -> Any:
-        return flat[None, :]
-
-
-def collectives() -> Collectives:
-    from kscale import environment
-
-    launcher = environment.current().launcher
-    if launcher is environment.Launcher.NONE:
-        return OneProcess()
-    if launcher in (environment.Launcher.HOROVOD, environment.Launcher.MPI):
-        return HorovodCollectives()
-    if launcher is environment.Launcher.TF_CONFIG:
-        return StrategyCollectives()
-    if launcher in (environment.Launcher.KERAS_DISTRIBUTION, environment.Launcher.JAX_DISTRIBUTED):
-        return JaxCollectives()
-    if launcher is environment.Launcher.TORCH:
-        return TorchCollectives()
-    raise SystemExit(f"{FAIL}: started by {launcher.value}, which the self-test does not know")
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        return True
 
 
 def keras_module() -> Any:
@@ -231,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import kscale  # first: joins the job where the engine needs it before any framework op
 
-    comm = collectives()
+    comm = Collectives()
     rank, size = comm.rank, comm.size
     if args.fail_rank == rank:
         print(
