@@ -7,6 +7,8 @@ import keras
 import numpy as np
 import pytest
 
+from kscale import loss_reduction
+from kscale.keras3 import loss_scaling
 from kscale.keras3.learning_rate import attach_scaling, rate_scaling, with_scaled_class
 from kscale.keras3.rebuild import learning_rate_of
 
@@ -106,3 +108,14 @@ def test_under_loss_scaling_the_inner_optimizer_applies_it():
 def test_the_class_is_given_once():
     optimizer = with_scaled_class(with_scaled_class(keras.optimizers.SGD(0.1)))
     assert type(optimizer).__mro__[1] is type(keras.optimizers.SGD(0.1))
+
+
+def test_a_loss_scale_is_made_as_one_process_once():
+    """torch's optimizer_for applies it, and so does the copy that gradient accumulation makes: twice, a
+    replica's loss would be scaled by S/R² (R: replicas)."""
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0)
+    once = type(loss_scaling.as_one_process(optimizer))
+    assert type(loss_scaling.as_one_process(optimizer)) is once
+    with loss_reduction.replica_step(2):
+        scaled = optimizer.scale_loss(keras.ops.convert_to_tensor(1.0))
+    assert float(keras.ops.convert_to_numpy(scaled)) == 4.0  # S/R, as one process's numbers
