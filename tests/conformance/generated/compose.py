@@ -141,7 +141,9 @@ def _allowed(v: dict, family: str) -> bool:
         # unknown last dimension is rank 3, which StringLookup refuses (one process fails too)
         not (v["layers"] == "lookup" and v["data"] in ("generator", "pydataset")),
         not (v["optimizer_option"] == "accumulation" and family == "keras2"),
-        not (v["precision"] == "mixed_float16" and not tf_data),  # 16-bit floats on JAX/torch CPUs: slow
+        # 16-bit floats on JAX/torch CPUs are slow but for small dense layers; mixed_float16 there runs
+        # Keras' LossScaleOptimizer, whose scale each process must keep as one process's (torch's was not)
+        not (v["precision"] == "mixed_float16" and not tf_data and v["layers"] not in ("dense", "dropout")),
         not (v["callbacks"] == "tensorboard" and not _has("tensorboard")),
         not (v["model"] == "train_step" and family == "keras3-jax"),  # written for TF and torch here
         # what one process trains (Keras' own limits)
@@ -190,6 +192,14 @@ def _allowed(v: dict, family: str) -> bool:
             v["precision"] != "float32"
             and v["optimizer_option"] == "clipvalue"
             and v["callbacks"] == "plateau"
+        ),
+        # mixed_float16 (its first steps skipped while the loss scale falls) with an update every other step
+        # (gradient accumulation) and the rate cut every epoch (x0.7, or halved): the weights move less than
+        # the tolerance (torch, seed 139: 0.040)
+        not (
+            v["precision"] == "mixed_float16"
+            and v["optimizer_option"] == "accumulation"
+            and v["callbacks"] in ("lr_scheduler_relative", "plateau")
         ),
         not (v["optimizer_option"] == "ema" and v["fit"] != "once"),  # Keras 3 on JAX: EMA fails a second fit
         not (v["layers"] == "batchnorm_sync" and not tf_data),  # synchronized=True: TensorFlow's only
