@@ -17,9 +17,6 @@ import keras
 from kscale import loss_reduction, step_weights
 from kscale.subclassing import same_named_subclass
 
-#: The classes `_one_process_class` made: an optimizer of one scales as one process already.
-_ONE_PROCESS_CLASSES: set[type] = set()
-
 
 @functools.cache
 def _one_process_class(base: type) -> type:
@@ -38,18 +35,15 @@ def _one_process_class(base: type) -> type:
             grads = [None if g is None else step_weights.times(g, replicas) for g in grads]
         return base.apply(self, grads, trainable_variables)
 
-    namespace = {"scale_loss": scale_loss, "apply": apply}
-    made = same_named_subclass(base, namespace)
-    _ONE_PROCESS_CLASSES.add(made)
-    return made
+    namespace = {"scale_loss": scale_loss, "apply": apply, "_kscale_one_process_scale": True}
+    return same_named_subclass(base, namespace)
 
 
 def as_one_process(optimizer: Any) -> Any:
     """`optimizer`, a LossScaleOptimizer, scaling each replica's loss as one process scales its loss; once
     (a second time would scale by S/R² and multiply the gradients by R²: torch's own call and the copy that
     gradient accumulation makes both apply it)."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) and not issubclass(
-        type(optimizer), tuple(_ONE_PROCESS_CLASSES)
-    ):
+    scales = getattr(type(optimizer), "_kscale_one_process_scale", False)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) and not scales:
         optimizer.__class__ = _one_process_class(type(optimizer))
     return optimizer
