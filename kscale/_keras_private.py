@@ -12,7 +12,7 @@ import functools
 import gc
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kscale import instance_methods
@@ -671,8 +671,10 @@ def array_orders(
     epoch it makes the next epoch's iterator, unread (on torch, a DataLoader's iterator draws its base
     seed from torch's generator when made).
 
-    Returns the orders (epochs × count) and what to call when fit ends, or None: on torch, the generator's
-    state as one process's fit leaves it (the DataLoaders kscale's own feed reads draw from it too)."""
+    Returns the orders (epochs × count) and what to call when fit ends with the number of epochs it began,
+    or None: the random state as one process's fit of that many epochs leaves it (EarlyStopping may end it
+    before `epochs`; on torch the DataLoaders kscale's own feed reads draw from it too). TensorFlow: None,
+    its orders are seeds."""
     import importlib
 
     import numpy as np
@@ -692,19 +694,25 @@ def array_orders(
     if backend == "tensorflow":  # its orders are its dataset's seeds': a peek changes none
         dataset = adapter.get_tf_dataset()
         passes = [iter(dataset) for _ in range(epochs)]  # a new iterator each epoch, as Keras makes them
-    elif backend == "torch":
-        import torch
-
+        return np.stack([np.concatenate([_first_leaf(batch) for batch in epoch]) for epoch in passes]), None
+    if backend == "torch":
         # Keras 3.15 draws from torch's generator (a new loader each epoch, the next one made unread after
         # it); Keras' development branch (3.16) seeds each epoch's shuffle with the adapter's epoch count
-        orders = _torch_epoch_orders(epochs, peeked, x=indices, batch_size=batch_size, shuffle=shuffle)
-        state = torch.get_rng_state()
-        return orders, lambda: torch.set_rng_state(state)
-    else:
-        if peeked:
-            next(adapter.get_numpy_iterator())
-        passes = [adapter.get_numpy_iterator() for _ in range(epochs)]  # drawn when read
-    return np.stack([np.concatenate([_first_leaf(batch) for batch in epoch]) for epoch in passes]), None
+        return _torch_epoch_orders(epochs, peeked, x=indices, batch_size=batch_size, shuffle=shuffle)
+    if peeked:
+        next(adapter.get_numpy_iterator())
+    orders, states = [], [np.random.get_state()]
+    for _ in range(epochs):  # drawn when read
+        orders.append(np.concatenate([_first_leaf(batch) for batch in adapter.get_numpy_iterator()]))
+        states.append(np.random.get_state())
+    return np.stack(orders), _state_after(states, np.random.set_state)
+
+
+def _state_after(states: list, set_state: Callable[[Any], Any]) -> Callable[[int], None]:
+    """What to call when fit ends, with the epochs it began: `states[k]` is the random state after k
+    epochs' draws (every epoch's drawn here at once), and one process's fit draws for the epochs it begins
+    only (measured in every Keras 3 backend and tf.keras: EarlyStopping after 2 of 4, 2 draws)."""
+    return lambda begun: set_state(states[min(begun, len(states) - 1)])
 
 
 def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> Any:
@@ -713,7 +721,8 @@ def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> A
     when each epoch's generator starts (Keras 2's `KerasSequenceAdapter`, Keras 3's
     `PyDatasetAdapter._finite_generator`), and Keras 3 also when it peeks at a batch before the first epoch
     (`fits_after_a_peek`). Keras documents the shuffle, not the draw; tests/unit/test_keras_private.py and
-    tests/keras3/test_keras3_private.py compare these with the orders fit trains on."""
+    tests/keras3/test_keras3_private.py compare these with the orders fit trains on. Returns the orders and
+    what to call when fit ends, with the epochs it began (array_orders)."""
     import random
 
     import numpy as np
@@ -727,7 +736,11 @@ def batch_orders(keras: Any, count: int, epochs: int, peeked: bool = False) -> A
         return _torch_batch_orders(keras, count, epochs, peeked)
     if peeked and hasattr(keras, "ops"):
         drawn()
-    return np.asarray([drawn() for _ in range(epochs)], np.int64).reshape(epochs, count)
+    orders, states = [], [random.getstate()]
+    for _ in range(epochs):
+        orders.append(drawn())
+        states.append(random.getstate())
+    return np.asarray(orders, np.int64).reshape(epochs, count), _state_after(states, random.setstate)
 
 
 def _torch_batch_orders(keras: Any, count: int, epochs: int, peeked: bool) -> Any:
@@ -749,8 +762,12 @@ def _torch_batch_orders(keras: Any, count: int, epochs: int, peeked: bool) -> An
 def _torch_epoch_orders(epochs: int, peeked: bool, **data: Any) -> Any:
     """The first input of every batch, epoch by epoch (epochs × samples), as Keras 3's torch fit reads
     `data` (its own epoch iterator's arguments) when called as fit calls it: a peek, reset, then each
-    epoch."""
+    epoch; and what to call when fit ends, with the epochs it began (array_orders): torch's generator
+    (a DataLoader's sampler) and Python's `random` (a PyDataset's shuffle, Keras 3.15) as it leaves them."""
+    import random
+
     import numpy as np
+    import torch
     from keras.src.backend.torch.trainer import TorchEpochIterator
 
     epoch_iterator = TorchEpochIterator(**data)
@@ -758,10 +775,16 @@ def _torch_epoch_orders(epochs: int, peeked: bool, **data: Any) -> Any:
         for _ in epoch_iterator:  # as Trainer._symbolic_build: one step read, the epoch left
             break
     epoch_iterator.reset()
-    orders = []
+    orders, states = [], [(torch.get_rng_state(), random.getstate())]
     for _ in range(epochs):
         orders.append(np.concatenate([_first_leaf(b).ravel() for _, _, step in epoch_iterator for b in step]))
-    return np.stack(orders).astype(np.int64)
+        states.append((torch.get_rng_state(), random.getstate()))
+
+    def set_state(state: tuple) -> None:
+        torch.set_rng_state(state[0])
+        random.setstate(state[1])
+
+    return np.stack(orders).astype(np.int64), _state_after(states, set_state)
 
 
 def _first_leaf(batch: Any) -> Any:

@@ -133,8 +133,9 @@ def epoch_orders(
     built later, load_model's too, must start alike everywhere), and the chief's draw is the one every
     worker uses (one broadcast per fit: an unseeded script's workers draw others). None
     where Keras' own shuffle serves (one replica), or no order is drawn per epoch (steps_per_epoch given:
-    Keras goes on with one order across epochs). With them, what to do when fit ends (or None): put the
-    random state back as one process's fit leaves it (_keras_private.array_orders)."""
+    Keras goes on with one order across epochs). With them, what to call when fit ends, with the epochs it
+    began (or None): put the random state back as one process's fit of those epochs leaves it
+    (_keras_private.array_orders: EarlyStopping may end fit before its last epoch)."""
     x = arrays[0]
     if not shuffle or request.steps is not None or backend.num_replicas < 2:
         return None, None
@@ -142,8 +143,8 @@ def epoch_orders(
         return None, None
     if isinstance(x, backend.family.keras_module().utils.Sequence):  # a PyDataset: the order of its batches
         count = math.ceil(len(x) / backend.num_replicas)  # one process's, at the global batch
-        drawn = backend.family.batch_orders(model, count, request.epochs)
-        return backend.broadcast(np.asarray(drawn, np.int64)), None
+        drawn, after = backend.family.batch_orders(model, count, request.epochs)
+        return backend.broadcast(np.asarray(drawn, np.int64)), after
     if not is_array_data(x):
         return None, None
     count = num_samples(*[a for a in arrays if a is not None])

@@ -192,8 +192,19 @@ def _fit_in_this_world(
     _quiet_unless_chief(a, backend)
     # The agreement check first: no callback (a checkpoint, say) sees a diverged epoch's weights.
     check = [agreement_check(backend)] if opts.check_agreement and backend.num_workers > 1 else []
-    endings = [end for end in (feed.after_training, after_orders) if end is not None]
-    done = [keras.callbacks.LambdaCallback(on_train_end=lambda logs: [end() for end in endings])]
+    begun: list[int] = []  # the epochs fit begins (EarlyStopping may end it early): one process draws theirs
+
+    def ended(logs: Any) -> None:
+        if feed.after_training is not None:
+            feed.after_training()
+        if after_orders is not None:
+            after_orders(len(begun))
+
+    done = [
+        keras.callbacks.LambdaCallback(
+            on_epoch_begin=lambda epoch, logs: begun.append(epoch), on_train_end=ended
+        )
+    ]
     declared = bool(metric_states.declared_reductions(metrics))
     # The preemption stop after the user's callbacks: their BackupAndRestore has written the epoch's backup.
     users = backend.callbacks(given, declared)

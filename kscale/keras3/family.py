@@ -190,15 +190,16 @@ class Keras3Family:
 
     def epoch_orders(self, model: Any, count: int, batch_size: int, epochs: int, shuffle: Any) -> Any:
         """The order of `count` array samples in each epoch of one process's fit of `model` (an epochs ×
-        count array), drawn as Keras draws it, and what to call when fit ends (or None)
-        (_keras_private.array_orders)."""
+        count array), drawn as Keras draws it, and what to call when fit ends, with the epochs it began (or
+        None) (_keras_private.array_orders)."""
         return _keras_private.array_orders(
             keras, count, batch_size, epochs, shuffle, _keras_private.fits_after_a_peek(model)
         )
 
     def batch_orders(self, model: Any, count: int, epochs: int) -> Any:
         """The order of the `count` batches of a Sequence / PyDataset in each epoch of one process's fit of
-        `model` with shuffle=True (an epochs × count array), drawn as Keras draws it."""
+        `model` with shuffle=True (an epochs × count array), drawn as Keras draws it, and what to call when
+        fit ends, with the epochs it began."""
         return _keras_private.batch_orders(keras, count, epochs, _keras_private.fits_after_a_peek(model))
 
     # -- data and callbacks -------------------------------------------------------------------------------------

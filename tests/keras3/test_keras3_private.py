@@ -384,7 +384,7 @@ def test_array_orders_are_the_orders_fit_trains_on_in_one_process(built):
     orders, after = _keras_private.array_orders(keras, 10, 4, 3, True, peeked=peeked)
     assert orders.tolist() == np.reshape(seen, (3, 10)).astype(int).tolist()
     if after is not None:
-        after()
+        after(3)
     assert np.array_equal(
         _comparable(_random_state()), _comparable(after_fit)
     )  # the stream goes on as after fit
@@ -435,7 +435,55 @@ def test_batch_orders_are_the_orders_fit_takes_a_pydatasets_batches_in():
     peeked = _keras_private.fits_after_a_peek(model)
     model.fit(Batches(), epochs=3, verbose=0)
     random.seed(5)
-    assert _keras_private.batch_orders(keras, 10, 3, peeked).tolist() == np.reshape(seen, (3, 10)).tolist()
+    orders, _ = _keras_private.batch_orders(keras, 10, 3, peeked)
+    assert orders.tolist() == np.reshape(seen, (3, 10)).tolist()
+
+
+@pytest.mark.parametrize("data", ["arrays", "pydataset"])
+def test_after_an_early_stop_the_orders_leave_the_random_state_as_fit_of_the_epochs_begun(data):
+    """EarlyStopping ends fit after 2 epochs of 4: one process's fit drew the shuffles of 2 epochs (and its
+    peek), so the next fit's shuffles come from there; `after(2)` leaves the random state so, where kscale
+    drew all 4 epochs' orders (found by generated seed 5044 of C-tf: a second fit after an early stop)."""
+    import random
+
+    x, y = np.arange(32, dtype="float32")[:, None], np.arange(32, dtype="float32")
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            return x[index * 4 : (index + 1) * 4], y[index * 4 : (index + 1) * 4]
+
+    def seeded():
+        keras.utils.set_random_seed(7)  # Python's, NumPy's and the backend's generators
+
+    def state():
+        numpy_state = np.random.get_state()
+        drawn = (random.getstate(), numpy_state[1].tobytes(), numpy_state[2])
+        if keras.backend.backend() == "torch":
+            import torch
+
+            return (*drawn, torch.get_rng_state().numpy().tobytes())
+        return drawn
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    peeked = _keras_private.fits_after_a_peek(model)
+    seeded()
+    stop = keras.callbacks.EarlyStopping(monitor="loss", min_delta=1e9, patience=0)
+    fed = {"x": Batches()} if data == "pydataset" else {"x": x, "y": y, "batch_size": 4}
+    model.fit(**fed, epochs=4, verbose=0, callbacks=[stop])
+    assert len(model.history.epoch) == 2
+    after_fit = state()
+    seeded()
+    if data == "pydataset":
+        _, after = _keras_private.batch_orders(keras, 8, 4, peeked)
+    else:
+        _, after = _keras_private.array_orders(keras, 32, 4, 4, True, peeked=peeked)
+    if after is not None:  # TensorFlow's array orders are seeds: no state to follow
+        after(2)
+    assert state() == after_fit
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras 3's JAX trainer only")

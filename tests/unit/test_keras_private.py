@@ -344,7 +344,19 @@ def test_batch_orders_are_the_orders_fit_takes_a_sequences_batches_in():
     random.seed(5)
     model.fit(Batches(), epochs=3, verbose=0)
     random.seed(5)
-    assert _keras_private.batch_orders(tf.keras, 10, 3).tolist() == np.reshape(seen, (3, 10)).tolist()
+    orders, after = _keras_private.batch_orders(tf.keras, 10, 3)
+    assert orders.tolist() == np.reshape(seen, (3, 10)).tolist()
+
+    # EarlyStopping ends fit after 2 epochs of 4: fit drew 2 orders, and `after(2)` leaves `random` so
+    random.seed(5)
+    stop = tf.keras.callbacks.EarlyStopping(monitor="r", min_delta=1e9, patience=0)
+    model.fit(Batches(), epochs=4, verbose=0, callbacks=[stop])
+    assert len(model.history.epoch) == 2
+    after_fit = random.getstate()
+    random.seed(5)
+    _, after = _keras_private.batch_orders(tf.keras, 10, 4)
+    after(2)
+    assert random.getstate() == after_fit
 
 
 def test_tf_keras_resumes_a_backup_inside_an_epoch_after_the_batch_kscale_sets(tmp_path):
