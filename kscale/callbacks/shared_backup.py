@@ -66,7 +66,8 @@ class SharedBackup(keras.callbacks.Callback):
     other process runs a copy that writes to a folder of its own, deleted at the end: its
     `model.save_weights` still takes part where saving is collective (JAX, tf.distribute), and kscale's
     save keeps the chief's copy only. The chief writes each backup whole (backup_journal), also in a job of
-    one process.
+    one process, and where its folder is local or shared (not gs://) commits it there off the training
+    thread (backup_journal.Commits: its Keras writes into a scratch folder first).
 
     A backup written inside an epoch (`save_freq=N`) resumes at the batch after it, as if never stopped:
     Keras alone starts that epoch again from its first batch with the later weights, training its first
@@ -94,12 +95,15 @@ class SharedBackup(keras.callbacks.Callback):
         self._backed_up_after: int | None = None
         self._writer = backup
         self._journaled = self.is_chief and backup_journal.journaled(backup)
-        if self._journaled:
-            self._writer = backup_journal.staged_writer(backup)
-        if not self.is_chief:
+        self._commits: backup_journal.Commits | None = None
+        if self._journaled or not self.is_chief:
             self._scratch = scratch_folder()
             # Also when fit ends on an error (Keras then skips on_train_end).
             weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+        if self._journaled:  # written here, committed into the backup folder off the training thread
+            self._writer = backup_journal.staged_writer(backup, self._scratch)
+            self._commits = backup_journal.Commits(backup, self._writer)
+        if not self.is_chief:
             self._writer = keras.callbacks.BackupAndRestore(
                 self._scratch,
                 save_freq=backup.save_freq,
@@ -185,11 +189,9 @@ class SharedBackup(keras.callbacks.Callback):
     def _commit(self, inside_epoch: dict | None = None) -> None:
         """The staged backup committed with this job's record, and the epoch's position and metric states
         where it was written `inside_epoch`."""
-        if self._journaled:
+        if self._commits is not None:
             record = self._job if inside_epoch is None else {**self._job, "inside_epoch": inside_epoch}
-            backup_journal.commit_if_staged(
-                self.backup, self._writer, beside={JOB_RECORD: json.dumps(record)}
-            )
+            self._commits.commit(beside={JOB_RECORD: json.dumps(record)})
 
     def _written_record(self) -> dict | None:
         """The job record beside the backup (JOB_RECORD), which every process reads, or None."""
@@ -278,7 +280,9 @@ class SharedBackup(keras.callbacks.Callback):
         )
 
     def on_train_end(self, logs: Any = None) -> None:
-        # The chief deletes the backup (delete_checkpoint) before any process leaves fit.
+        # The chief's last backup committed, then deleted (delete_checkpoint) before any process leaves fit.
+        if self._commits is not None:
+            self._commits.wait()
         if self.is_chief:
             self.backup.on_train_end(logs)
         self.backend.barrier()

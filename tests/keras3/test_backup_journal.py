@@ -3,7 +3,10 @@ a backup staged but not committed is dropped, a committed one is moved in, befor
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import threading
 from pathlib import Path
 
 import keras
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 
 from kscale.callbacks import backup_journal
+from kscale.errors import SaveError
 
 
 @pytest.fixture
@@ -108,3 +112,122 @@ def test_double_checkpoint_keeps_the_previous_pair(tmp_path):
 def test_a_remote_backup_is_written_as_keras_writes_it():
     assert not backup_journal.journaled(keras.callbacks.BackupAndRestore("gs://bucket/backup"))
     assert backup_journal.journaled(keras.callbacks.BackupAndRestore("/tmp/backup"))
+
+
+def _scratch_writer(backup, tmp_path):
+    writer = backup_journal.staged_writer(backup, str(tmp_path / "scratch"))
+    writer.set_model(backup.model)
+    return writer
+
+
+@pytest.fixture
+def another_file_system(monkeypatch):
+    """The backup folder as if on another file system than the scratch folder (a shared folder)."""
+    monkeypatch.setattr(backup_journal, "_one_file_system", lambda path, other: False)
+
+
+def test_on_one_file_system_a_backup_is_committed_at_once(backup, tmp_path):
+    """Renames only: nothing slow to move off the training thread, and a process that dies right after
+    the backup leaves it committed."""
+    writer = _scratch_writer(backup, tmp_path)
+    commits = backup_journal.Commits(backup, writer)
+    _write(writer, 0, 1.0)
+    commits.commit(beside={"job.json": "{}"})
+    assert _epoch_and_weights(backup) == (1, 1.0)  # before any wait
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "scratch"]
+
+
+def test_a_backup_is_committed_off_the_training_thread(backup, tmp_path, monkeypatch, another_file_system):
+    """`Commits.commit` returns while its thread still commits (held here until the test lets it go), the
+    files already taken out of the writer's folder; `wait` returns once the backup is the backup."""
+    held, move_in = threading.Event(), backup_journal._move_in
+
+    def held_move_in(journal, backup_dir):
+        assert held.wait(timeout=60)
+        move_in(journal, backup_dir)
+
+    monkeypatch.setattr(backup_journal, "_move_in", held_move_in)
+    writer = _scratch_writer(backup, tmp_path)
+    commits = backup_journal.Commits(backup, writer)
+    _write(writer, 0, 1.0)
+    commits.commit(beside={"job.json": "{}"})
+    assert not (tmp_path / "backup" / "training_metadata.json").exists()  # not committed yet
+    assert not (tmp_path / "scratch" / "training_metadata.json").exists()  # taken: the writer may go on
+    held.set()
+    commits.wait()
+    assert _epoch_and_weights(backup) == (1, 1.0)
+    assert (tmp_path / "backup" / "job.json").read_text() == "{}"
+    _write(writer, 1, 2.0)
+    commits.commit()
+    commits.wait()
+    assert _epoch_and_weights(backup) == (2, 2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "scratch"]  # nothing left beside
+
+
+def test_a_backup_for_another_file_system_is_copied_then_committed(
+    backup, tmp_path, monkeypatch, another_file_system
+):
+    """A backup folder on another file system than the scratch folder (a shared one): the files are copied
+    into its staging folder, then committed, as when they are renamed."""
+    replace = os.replace
+
+    def across_file_systems(src, dst):
+        if "-commit-" in os.path.basename(src):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", across_file_systems)
+    writer = _scratch_writer(backup, tmp_path)
+    commits = backup_journal.Commits(backup, writer)
+    _write(writer, 0, 1.0)
+    commits.commit()
+    commits.wait()
+    assert _epoch_and_weights(backup) == (1, 1.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "scratch"]
+
+
+def test_a_commit_that_fails_is_raised_on_the_training_thread_and_the_backup_before_stands(
+    backup, tmp_path, monkeypatch, another_file_system
+):
+    writer = _scratch_writer(backup, tmp_path)
+    commits = backup_journal.Commits(backup, writer)
+    _write(writer, 0, 1.0)
+    commits.commit()
+    commits.wait()
+
+    replace = os.replace
+
+    def full(src, dst):  # the staging folder written, its commit refused
+        if os.path.basename(dst) == backup_journal.JOURNAL:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", full)
+    _write(writer, 1, 2.0)
+    commits.commit()
+    with pytest.raises(SaveError, match="could not be committed"):
+        commits.wait()
+    monkeypatch.undo()
+    backup_journal.recover(backup.backup_dir)  # the next start: the staged backup dropped
+    assert _epoch_and_weights(backup) == (1, 1.0)
+    commits.wait()  # raised once
+
+
+def test_the_next_fits_restore_waits_for_a_commit_still_under_way(
+    backup, tmp_path, monkeypatch, another_file_system
+):
+    """A fit that ended on an error did not wait for its commit: the next fit's recover() does, before it
+    looks at the backup folder (here the commit is let go a moment after recover() is called)."""
+    held, commit = threading.Event(), backup_journal._commit
+
+    def held_commit(*args):
+        assert held.wait(timeout=60)
+        commit(*args)
+
+    monkeypatch.setattr(backup_journal, "_commit", held_commit)
+    writer = _scratch_writer(backup, tmp_path)
+    _write(writer, 0, 1.0)
+    backup_journal.Commits(backup, writer).commit()
+    threading.Timer(0.5, held.set).start()
+    backup_journal.recover(backup.backup_dir)
+    assert _epoch_and_weights(backup) == (1, 1.0)

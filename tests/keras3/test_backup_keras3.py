@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import keras
@@ -41,8 +42,9 @@ def _starts_limit(starts: int) -> int:
     return EACH_START * starts + 180
 
 
-def _launch(processes: int, *args: str, restarts: int = 0) -> subprocess.CompletedProcess:
+def _launch(processes: int, *args: str, restarts: int = 0, **variables: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(environment.LAUNCHER_VARIABLE_PREFIXES)}
+    env.update(variables)
     command = [sys.executable, WORKER, *args]
     if processes > 1:
         command = [KSCALE, "run", "-np", str(processes), "--max-restarts", str(restarts), "--", *command]
@@ -185,6 +187,44 @@ def test_backups_every_m_minutes_at_the_slowest_pace_stop_for_a_notice_and_resum
     # 1.2 s at 0.2 s a step and more: 6 at most; 3 unless a step of this small model took 0.2 s itself.
     assert 3 <= results[0]["save_freq"] <= 6, results[0]["save_freq"]
     for rank, result in enumerate(results):
+        assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice)
+        assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice)
+        _assert_same_history(result, uninterrupted)
+
+
+def _on_another_file_system(folder: str, other: Path) -> bool:
+    return os.path.isdir(folder) and os.stat(folder).st_dev != os.stat(other).st_dev
+
+
+@pytest.mark.skipif(
+    keras.config.backend() != "jax" or not _on_another_file_system("/dev/shm", Path(tempfile.gettempdir())),
+    reason="kscale's SharedBackup, alike in every Keras 3 backend (one lane is enough), and a scratch folder "
+    "on another file system than the backup folder: /dev/shm, a tmpfs, where there is one",
+)
+@pytest.mark.timeout(_starts_limit(2))
+def test_backups_committed_off_the_training_thread_stop_for_a_notice_and_resume_exactly(
+    uninterrupted, tmp_path
+):
+    """The workers' temporary folder on /dev/shm, the backup folder here: each backup is copied into the
+    backup folder and committed on a thread of its own (backup_journal.Commits). SIGTERM to the last process
+    at a random step of epochs 0-1 stops both at the next backup (save_freq=3) or an epoch's end; the chief
+    exits 143 only once that backup is committed, and the restarted job ends as one uninterrupted process
+    does (steps, weights, History)."""
+    notice = random.Random().randint(1, 16)
+    stop = min(k for k in range(notice, 33) if k % 3 == 0 or k % 8 == 0)
+    steps = ("--save-freq", "3", "--notice-at-step", str(notice))
+    done = _launch(2, "kscale", str(tmp_path), *steps, restarts=1, TMPDIR="/dev/shm")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, (notice, output[-3000:])
+    assert "every worker stopped after" in output and "restart 1 of 1" in output, (notice, output[-3000:])
+    assert "could not be committed" not in output, output[-3000:]
+    for rank in range(2):
+        result = json.loads((tmp_path / f"result.{rank}.json").read_text())
+        assert result["epochs"] == list(range((stop - 1) // 8 if stop % 3 == 0 else stop // 8, 4)), (
+            rank,
+            notice,
+            result["epochs"],
+        )
         assert result["iterations"] == uninterrupted["iterations"] == 32, (rank, notice)
         assert _max_diff(result["final"], uninterrupted["final"]) < TOLERANCE, (rank, notice)
         _assert_same_history(result, uninterrupted)
