@@ -43,21 +43,14 @@ def journaled(backup: Any) -> bool:
     return checkpoint_io.is_local(backup.backup_dir)
 
 
-def staged_writer(backup: Any, folder: str | None = None) -> Any:
-    """A BackupAndRestore that writes what `backup` would, into `folder` (default: its staging folder)."""
+def staged_writer(backup: Any, folder: str) -> Any:
+    """A BackupAndRestore that writes what `backup` would, into `folder` (a local scratch folder)."""
     return keras.callbacks.BackupAndRestore(
-        folder or os.path.join(backup.backup_dir, STAGING),
+        folder,
         save_freq=backup.save_freq,
         double_checkpoint=False,
         delete_checkpoint=False,
     )
-
-
-def commit_if_staged(backup: Any, writer: Any, beside: dict[str, str] | None = None) -> None:
-    """Where `writer` (staged_writer's) has just written a whole backup: make it `backup`'s backup, with
-    the files `beside` names (name: text) committed in the same step."""
-    if _staged(writer):
-        _commit(backup, writer.backup_dir, beside)
 
 
 def _staged(writer: Any) -> bool:
@@ -65,17 +58,15 @@ def _staged(writer: Any) -> bool:
 
 
 def _commit(backup: Any, folder: str, beside: dict[str, str] | None) -> None:
-    """`folder`'s backup files, with the files `beside` names, made `backup`'s backup in one step (renamed
-    into its staging folder, or copied there from another file system, then committed)."""
+    """`folder`'s backup files, with the files `beside` names (name: text), made `backup`'s backup in one
+    step (renamed into its staging folder, or copied there from another file system, then committed)."""
     staging = os.path.join(backup.backup_dir, STAGING)
-    if os.path.abspath(folder) != os.path.abspath(staging):
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(backup.backup_dir, exist_ok=True)
-        try:
-            os.replace(folder, staging)
-        except OSError:  # another file system (a shared folder): a copy, committed only once whole
-            shutil.copytree(folder, staging)
-            shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        os.replace(folder, staging)
+    except OSError:  # another file system (a shared folder): a copy, committed only once whole
+        shutil.copytree(folder, staging)
+        shutil.rmtree(folder, ignore_errors=True)
     for name, text in (beside or {}).items():
         with open(os.path.join(staging, name), "w") as f:
             f.write(text)

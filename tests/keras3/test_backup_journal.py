@@ -42,53 +42,57 @@ def _epoch_and_weights(backup) -> tuple[int, float]:
     return epoch, float(model.get_weights()[0].flat[0])
 
 
-def _writer(backup):
-    writer = backup_journal.staged_writer(backup)
+def _commits(backup, tmp_path):
+    """A writer into a scratch folder on the backup's file system, and its Commits (each at once, unless a
+    test says the backup folder is on another file system)."""
+    writer = backup_journal.staged_writer(backup, str(tmp_path / "scratch"))
     writer.set_model(backup.model)
-    return writer
+    return writer, backup_journal.Commits(backup, writer)
 
 
-def test_a_staged_backup_is_committed_whole(backup):
-    writer = _writer(backup)
+def test_a_staged_backup_is_committed_whole(backup, tmp_path):
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
-    backup_journal.commit_if_staged(backup, writer)
+    commits.commit()
     assert _epoch_and_weights(backup) == (1, 1.0)
     _write(writer, 1, 2.0)
-    backup_journal.commit_if_staged(backup, writer, beside={"job.json": "{}"})
+    commits.commit(beside={"job.json": "{}"})
     assert _epoch_and_weights(backup) == (2, 2.0)
     assert sorted(p.name for p in Path(backup.backup_dir).iterdir()) == [
         "job.json",
         "latest.weights.h5",
         "training_metadata.json",
     ]
-    backup_journal.commit_if_staged(backup, writer, beside={"job.json": "[]"})  # nothing staged: no write
+    commits.commit(beside={"job.json": "[]"})  # nothing staged: no write
     assert (Path(backup.backup_dir) / "job.json").read_text() == "{}"
 
 
 def test_nothing_is_committed_where_no_backup_was_written(backup, tmp_path):
-    backup_journal.commit_if_staged(backup, _writer(backup))
+    _commits(backup, tmp_path)[1].commit()
     assert not (tmp_path / "backup").exists()
 
 
 def test_a_backup_killed_before_its_commit_is_dropped(backup, tmp_path):
-    writer = _writer(backup)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
-    backup_journal.commit_if_staged(backup, writer)
-    _write(writer, 1, 2.0)  # killed here: staged, never committed
-    (tmp_path / "backup" / backup_journal.STAGING / "training_metadata.json").unlink()  # half of it
+    commits.commit()
+    _write(writer, 1, 2.0)  # killed while it commits: half of it staged, never committed
+    staging = tmp_path / "backup" / backup_journal.STAGING
+    staging.mkdir()
+    (tmp_path / "scratch" / "latest.weights.h5").rename(staging / "latest.weights.h5")
     backup_journal.recover(backup.backup_dir)
     assert _epoch_and_weights(backup) == (1, 1.0)
-    assert not (tmp_path / "backup" / backup_journal.STAGING).exists()
+    assert not staging.exists()
 
 
 def test_a_backup_killed_after_its_commit_is_moved_in(backup, tmp_path):
-    writer = _writer(backup)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
-    backup_journal.commit_if_staged(backup, writer)
+    commits.commit()
     _write(writer, 1, 2.0)
     folder = tmp_path / "backup"
     journal = folder / backup_journal.JOURNAL
-    (folder / backup_journal.STAGING).rename(journal)  # the commit, then killed after one file moved in
+    (tmp_path / "scratch").rename(journal)  # the commit, then killed after one file moved in
     (journal / "latest.weights.h5").rename(folder / "latest.weights.h5")
     backup_journal.recover(backup.backup_dir)
     assert _epoch_and_weights(backup) == (2, 2.0)
@@ -100,10 +104,10 @@ def test_double_checkpoint_keeps_the_previous_pair(tmp_path):
     model.compile(optimizer="sgd", loss="mse")
     backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), double_checkpoint=True)
     backup.set_model(model)
-    writer = _writer(backup)
+    writer, commits = _commits(backup, tmp_path)
     for epoch in range(2):
         _write(writer, epoch, float(epoch + 1))
-        backup_journal.commit_if_staged(backup, writer)
+        commits.commit()
     with open(tmp_path / "backup" / "training_metadata.json.bkp") as f:
         assert json.load(f)["epoch"] == 1
     assert (tmp_path / "backup" / "latest.weights.h5.bkp").exists()
@@ -112,12 +116,6 @@ def test_double_checkpoint_keeps_the_previous_pair(tmp_path):
 def test_a_remote_backup_is_written_as_keras_writes_it():
     assert not backup_journal.journaled(keras.callbacks.BackupAndRestore("gs://bucket/backup"))
     assert backup_journal.journaled(keras.callbacks.BackupAndRestore("/tmp/backup"))
-
-
-def _scratch_writer(backup, tmp_path):
-    writer = backup_journal.staged_writer(backup, str(tmp_path / "scratch"))
-    writer.set_model(backup.model)
-    return writer
 
 
 @pytest.fixture
@@ -129,8 +127,7 @@ def another_file_system(monkeypatch):
 def test_on_one_file_system_a_backup_is_committed_at_once(backup, tmp_path):
     """Renames only: nothing slow to move off the training thread, and a process that dies right after
     the backup leaves it committed."""
-    writer = _scratch_writer(backup, tmp_path)
-    commits = backup_journal.Commits(backup, writer)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
     commits.commit(beside={"job.json": "{}"})
     assert _epoch_and_weights(backup) == (1, 1.0)  # before any wait
@@ -147,8 +144,7 @@ def test_a_backup_is_committed_off_the_training_thread(backup, tmp_path, monkeyp
         move_in(journal, backup_dir)
 
     monkeypatch.setattr(backup_journal, "_move_in", held_move_in)
-    writer = _scratch_writer(backup, tmp_path)
-    commits = backup_journal.Commits(backup, writer)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
     commits.commit(beside={"job.json": "{}"})
     assert not (tmp_path / "backup" / "training_metadata.json").exists()  # not committed yet
@@ -177,8 +173,7 @@ def test_a_backup_for_another_file_system_is_copied_then_committed(
         replace(src, dst)
 
     monkeypatch.setattr(os, "replace", across_file_systems)
-    writer = _scratch_writer(backup, tmp_path)
-    commits = backup_journal.Commits(backup, writer)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
     commits.commit()
     commits.wait()
@@ -189,8 +184,7 @@ def test_a_backup_for_another_file_system_is_copied_then_committed(
 def test_a_commit_that_fails_is_raised_on_the_training_thread_and_the_backup_before_stands(
     backup, tmp_path, monkeypatch, another_file_system
 ):
-    writer = _scratch_writer(backup, tmp_path)
-    commits = backup_journal.Commits(backup, writer)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
     commits.commit()
     commits.wait()
@@ -225,9 +219,9 @@ def test_the_next_fits_restore_waits_for_a_commit_still_under_way(
         commit(*args)
 
     monkeypatch.setattr(backup_journal, "_commit", held_commit)
-    writer = _scratch_writer(backup, tmp_path)
+    writer, commits = _commits(backup, tmp_path)
     _write(writer, 0, 1.0)
-    backup_journal.Commits(backup, writer).commit()
+    commits.commit()
     threading.Timer(0.5, held.set).start()
     backup_journal.recover(backup.backup_dir)
     assert _epoch_and_weights(backup) == (1, 1.0)
